@@ -1,0 +1,5 @@
+import sys
+
+from memoryd.main import main
+
+sys.exit(main())

@@ -1,0 +1,185 @@
+"""Domain types shared by the core: tiers, scopes, memory records, requests and results.
+
+Nothing here knows gRPC or any store; the transport converts to and from these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Tier(StrEnum):
+    WORKING = "working"
+    SHORT_TERM = "short_term"
+    LONG_TERM = "long_term"
+    PERSONA = "persona"
+    EPISODIC = "episodic"
+    ENTITY = "entity"
+    STRUCTURED = "structured"
+
+
+class Kind(StrEnum):
+    UNSPECIFIED = "unspecified"
+    FACT = "fact"
+    PREFERENCE = "preference"
+    DECISION = "decision"
+    NOTE = "note"
+    MESSAGE = "message"
+    EPISODE = "episode"
+    ENTITY = "entity"
+    RELATION = "relation"
+    DOCUMENT = "document"
+
+
+class Operation(StrEnum):
+    ADD = "add"
+    ADD_WITH_PRUNE = "add_with_prune"
+    DEDUPLICATED = "deduplicated"
+    UPDATED = "updated"
+
+
+class Role(StrEnum):
+    UNSPECIFIED = "unspecified"
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+    TOOL = "tool"
+
+
+class Source(StrEnum):
+    UNSPECIFIED = "unspecified"
+    EXPLICIT = "explicit"
+    AUTO = "auto"
+
+
+class PruneStrategy(StrEnum):
+    OLDEST_PERCENT = "oldest_percent"
+    EXPIRED = "expired"
+    ARCHIVE_OLDER_THAN = "archive_older_than"
+    BY_FILTER = "by_filter"
+    ALL = "all"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: attached by the transport from the credential."""
+
+    tenant: str
+    subject: str = "anonymous"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a request is about. The tenant comes from the principal, never the request."""
+
+    tenant: str
+    user_id: str
+    agent_id: str = ""
+    session_id: str = ""
+    task_id: str = ""
+
+
+@dataclass
+class MemoryRecord:
+    """One memory as callers see it. Times are epoch seconds (UTC)."""
+
+    id: str
+    tier: Tier
+    content: str
+    kind: Kind = Kind.UNSPECIFIED
+    key: str = ""
+    score: float = 0.0
+    metadata: dict[str, str] = field(default_factory=dict)
+    importance: float = 0.5
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    expires_at: float | None = None
+    source: Source = Source.UNSPECIFIED
+    role: Role = Role.UNSPECIFIED
+    agent_id: str = ""
+    session_id: str = ""
+    task_id: str = ""
+    archived: bool = False
+    deleted: bool = False
+
+
+@dataclass
+class AddCommand:
+    scope: Scope
+    tier: Tier
+    content: str
+    kind: Kind = Kind.UNSPECIFIED
+    key: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    importance: float | None = None
+    expires_at: float | None = None
+    role: Role = Role.UNSPECIFIED
+    source: Source = Source.UNSPECIFIED
+    auto_prune: bool = False
+
+
+@dataclass
+class AddResult:
+    memory_id: str
+    operation: Operation
+    tier: Tier
+    quota_remaining: int
+    evicted_keys: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RetrieveQuery:
+    scope: Scope
+    query: str = ""
+    tiers: list[Tier] = field(default_factory=list)
+    top_k: int = 0
+    filters: dict[str, str] = field(default_factory=dict)
+    kinds: list[Kind] = field(default_factory=list)
+    min_score: float | None = None
+    token_budget: int | None = None
+
+
+@dataclass
+class RetrieveResult:
+    items: list[MemoryRecord]
+    total_count: int
+    embedding_ms: float = 0.0
+    retrieval_ms: float = 0.0
+    token_count: int = 0
+    truncated: bool = False
+
+
+@dataclass
+class Lookup:
+    """Get/Delete by ids and/or keys in one tier."""
+
+    scope: Scope
+    tier: Tier
+    ids: list[str] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GetResult:
+    items: list[MemoryRecord]
+    missing: list[str]
+
+
+@dataclass
+class PruneCommand:
+    scope: Scope
+    strategy: PruneStrategy
+    tiers: list[Tier] = field(default_factory=list)
+    percent: float = 0.0
+    older_than_days: int = 0
+    filters: dict[str, str] = field(default_factory=dict)
+    dry_run: bool = False
+
+
+@dataclass
+class PruneResult:
+    deleted_count: int = 0
+    archived_count: int = 0
+    dry_run: bool = False
+    per_tier: dict[Tier, int] = field(default_factory=dict)

@@ -1,0 +1,150 @@
+"""Short-term memory: the conversation window of one session (newest messages, TTL)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+
+from memoryd.core.hot_errors import hot_store_calls
+from memoryd.core.models import (
+    AddCommand,
+    AddResult,
+    GetResult,
+    Kind,
+    Lookup,
+    MemoryRecord,
+    Operation,
+    PruneCommand,
+    PruneStrategy,
+    RetrieveQuery,
+    Role,
+    Scope,
+    Tier,
+)
+from memoryd.core.text import overlap_score, utf8_len, words
+from memoryd.core.tier import TierHits
+from memoryd.core.validation import Violations
+from memoryd.settings import ShortTermSettings
+from memoryd.stores.hot.port import HotStore, SessionKey, SessionMessage
+
+# Called after a message is acknowledged, e.g. to queue its durable long-term copy.
+MessageListener = Callable[[Scope, MemoryRecord], Awaitable[None]]
+
+
+def session_of(scope: Scope) -> SessionKey:
+    return SessionKey(scope.tenant, scope.user_id, scope.session_id)
+
+
+def _record(message: SessionMessage, scope: Scope, score: float = 0.0) -> MemoryRecord:
+    return MemoryRecord(
+        id=message.id,
+        tier=Tier.SHORT_TERM,
+        content=message.content,
+        kind=Kind.MESSAGE,
+        score=score,
+        metadata=dict(message.metadata),
+        created_at=message.created_at,
+        updated_at=message.created_at,
+        role=Role(message.role),
+        session_id=scope.session_id,
+    )
+
+
+class ShortTermTier:
+    tier = Tier.SHORT_TERM
+
+    def __init__(
+        self,
+        store: HotStore,
+        settings: ShortTermSettings,
+        clock: Callable[[], float],
+        listener: MessageListener | None = None,
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._clock = clock
+        self._listener = listener
+
+    def check_add(self, cmd: AddCommand, v: Violations) -> None:
+        if not cmd.scope.session_id:
+            v.add("scope.session_id", "is required for the short-term tier")
+        if cmd.kind not in (Kind.UNSPECIFIED, Kind.MESSAGE):
+            v.add("kind", "short-term entries are messages (leave kind unset or MESSAGE)")
+        if utf8_len(cmd.content) > self._settings.max_bytes:
+            v.add("content", f"is over the session limit of {self._settings.max_bytes:,} bytes")
+
+    def can_retrieve(self, scope: Scope) -> bool:
+        return bool(scope.session_id)
+
+    async def add(self, cmd: AddCommand) -> AddResult:
+        role = Role.USER if cmd.role is Role.UNSPECIFIED else cmd.role
+        message = SessionMessage(
+            id=str(uuid.uuid4()),
+            content=cmd.content,
+            role=role.value,
+            created_at=self._clock(),
+            size=utf8_len(cmd.content),
+            metadata=dict(cmd.metadata),
+        )
+        with hot_store_calls():
+            outcome = await self._store.append_message(
+                session_of(cmd.scope),
+                message,
+                self._settings.max_messages,
+                self._settings.max_bytes,
+                self._settings.ttl_seconds,
+            )
+        if self._listener is not None:
+            await self._listener(cmd.scope, _record(message, cmd.scope))
+        return AddResult(
+            memory_id=message.id,
+            operation=Operation.ADD,
+            tier=Tier.SHORT_TERM,
+            quota_remaining=max(0, self._settings.max_messages - outcome.count),
+        )
+
+    async def retrieve(self, query: RetrieveQuery, top_k: int) -> TierHits:
+        with hot_store_calls():
+            messages = await self._store.list_messages(session_of(query.scope))
+        wanted = words(query.query)
+        records = [
+            _record(m, query.scope, overlap_score(wanted, m.content))
+            for m in messages
+            if all(m.metadata.get(k) == v for k, v in query.filters.items())
+        ]
+        if query.kinds and Kind.MESSAGE not in query.kinds:
+            records = []
+        # Messages sharing words with the query first, then newest first.
+        records.sort(key=lambda r: (r.score, r.created_at), reverse=True)
+        return TierHits(items=records[:top_k], total=len(records))
+
+    async def get(self, lookup: Lookup) -> GetResult:
+        with hot_store_calls():
+            messages = await self._store.list_messages(session_of(lookup.scope))
+        wanted = set(lookup.ids)
+        found = [_record(m, lookup.scope) for m in messages if m.id in wanted]
+        found_ids = {r.id for r in found}
+        return GetResult(items=found, missing=[i for i in lookup.ids if i not in found_ids])
+
+    async def delete(self, lookup: Lookup) -> int:
+        with hot_store_calls():
+            return await self._store.delete_messages(session_of(lookup.scope), lookup.ids)
+
+    async def prune(self, cmd: PruneCommand) -> int:
+        session = session_of(cmd.scope)
+        with hot_store_calls():
+            if cmd.strategy is PruneStrategy.ALL:
+                if cmd.dry_run:
+                    return len(await self._store.list_messages(session))
+                return await self._store.clear_session(session)
+            if cmd.strategy is PruneStrategy.BY_FILTER:
+                doomed = [
+                    m.id
+                    for m in await self._store.list_messages(session)
+                    if all(m.metadata.get(k) == v for k, v in cmd.filters.items())
+                ]
+                if cmd.dry_run:
+                    return len(doomed)
+                return await self._store.delete_messages(session, doomed)
+        # Messages leave by TTL and trimming; nothing else ages out of a live session.
+        return 0

@@ -1,0 +1,196 @@
+"""Working memory: key/value scratch space of one task, with LRU eviction past its size."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from memoryd.core.errors import QuotaExceeded
+from memoryd.core.hot_errors import hot_store_calls
+from memoryd.core.models import (
+    AddCommand,
+    AddResult,
+    GetResult,
+    Kind,
+    Lookup,
+    MemoryRecord,
+    Operation,
+    PruneCommand,
+    PruneStrategy,
+    RetrieveQuery,
+    Scope,
+    Tier,
+)
+from memoryd.core.text import overlap_score, utf8_len, words
+from memoryd.core.tier import TierHits
+from memoryd.core.validation import Violations, check_key
+from memoryd.settings import LimitSettings, WorkingSettings
+from memoryd.stores.hot.port import EntryLimitReached, HotStore, TaskKey, WorkingEntry
+
+_ID_NAMESPACE = uuid.UUID("6f1c1f8e-3b7a-4d0e-9a43-5f2b8c1d7e10")
+
+
+def task_of(scope: Scope) -> TaskKey:
+    return TaskKey(scope.tenant, scope.user_id, scope.agent_id, scope.task_id)
+
+
+def entry_id(scope: Scope, key: str) -> str:
+    """Stable per (scope, key): replacing a key keeps its id, and ids need no index."""
+    name = "\x00".join((scope.tenant, scope.user_id, scope.agent_id, scope.task_id, key))
+    return str(uuid.uuid5(_ID_NAMESPACE, name))
+
+
+def entry_size(key: str, content: str, metadata: dict[str, str]) -> int:
+    return (
+        utf8_len(key)
+        + utf8_len(content)
+        + sum(utf8_len(k) + utf8_len(v) for k, v in metadata.items())
+    )
+
+
+def _record(entry: WorkingEntry, scope: Scope, score: float = 0.0) -> MemoryRecord:
+    return MemoryRecord(
+        id=entry.id,
+        tier=Tier.WORKING,
+        content=entry.content,
+        kind=Kind(entry.kind) if entry.kind else Kind.UNSPECIFIED,
+        key=entry.key,
+        score=score,
+        metadata=dict(entry.metadata),
+        importance=entry.importance,
+        created_at=entry.created_at,
+        updated_at=entry.updated_at,
+        agent_id=scope.agent_id,
+        task_id=scope.task_id,
+    )
+
+
+class WorkingTier:
+    tier = Tier.WORKING
+
+    def __init__(
+        self,
+        store: HotStore,
+        settings: WorkingSettings,
+        limits: LimitSettings,
+        clock: Callable[[], float],
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._limits = limits
+        self._clock = clock
+
+    def check_add(self, cmd: AddCommand, v: Violations) -> None:
+        if not cmd.scope.task_id:
+            v.add("scope.task_id", "is required for the working tier")
+        check_key(v, cmd.key, self._limits, required=True)
+        size = entry_size(cmd.key, cmd.content, cmd.metadata)
+        if size > self._settings.max_bytes:
+            v.add(
+                "content",
+                f"the entry is {size:,} bytes; a task's working memory holds at most "
+                f"{self._settings.max_bytes:,} bytes",
+            )
+
+    def can_retrieve(self, scope: Scope) -> bool:
+        return bool(scope.task_id)
+
+    async def add(self, cmd: AddCommand) -> AddResult:
+        now = self._clock()
+        entry = WorkingEntry(
+            key=cmd.key,
+            id=entry_id(cmd.scope, cmd.key),
+            content=cmd.content,
+            size=entry_size(cmd.key, cmd.content, cmd.metadata),
+            kind=cmd.kind.value if cmd.kind is not Kind.UNSPECIFIED else "",
+            metadata=dict(cmd.metadata),
+            importance=0.5 if cmd.importance is None else cmd.importance,
+            created_at=now,
+            updated_at=now,
+        )
+        max_entries = self._settings.max_entries
+        try:
+            with hot_store_calls():
+                outcome = await self._store.put_entry(
+                    task_of(cmd.scope), entry, max_entries, self._settings.max_bytes
+                )
+        except EntryLimitReached:
+            raise QuotaExceeded(
+                subject=f"working:{cmd.scope.user_id}/{cmd.scope.task_id}",
+                limit_name="working.max_entries",
+                limit=max_entries,
+                message=(
+                    f"working memory of this task is full (max: {max_entries:,} entries); "
+                    "delete keys you no longer need or end the task"
+                ),
+            ) from None
+        return AddResult(
+            memory_id=entry.id,
+            operation=Operation.UPDATED if outcome.replaced else Operation.ADD,
+            tier=Tier.WORKING,
+            quota_remaining=max(0, max_entries - outcome.count),
+            evicted_keys=outcome.evicted_keys,
+        )
+
+    async def retrieve(self, query: RetrieveQuery, top_k: int) -> TierHits:
+        with hot_store_calls():
+            entries = await self._store.list_entries(task_of(query.scope))
+        wanted = words(query.query)
+        records = [
+            _record(e, query.scope, overlap_score(wanted, f"{e.key} {e.content}"))
+            for e in entries
+            if _matches(e, query)
+        ]
+        # Stable sort: entries sharing words with the query first, most recent use next.
+        records.sort(key=lambda r: r.score, reverse=True)
+        return TierHits(items=records[:top_k], total=len(records))
+
+    async def get(self, lookup: Lookup) -> GetResult:
+        task = task_of(lookup.scope)
+        keys = list(lookup.keys)
+        by_id = {}
+        if lookup.ids:
+            with hot_store_calls():
+                by_id = {e.id: e.key for e in await self._store.list_entries(task)}
+            keys += [by_id[i] for i in lookup.ids if i in by_id]
+        with hot_store_calls():
+            found = await self._store.get_entries(task, list(dict.fromkeys(keys)))
+        found_keys = {e.key for e in found}
+        found_ids = {e.id for e in found}
+        missing = [k for k in lookup.keys if k not in found_keys]
+        missing += [i for i in lookup.ids if i not in found_ids]
+        return GetResult(items=[_record(e, lookup.scope) for e in found], missing=missing)
+
+    async def delete(self, lookup: Lookup) -> int:
+        task = task_of(lookup.scope)
+        keys = list(lookup.keys)
+        with hot_store_calls():
+            if lookup.ids:
+                wanted = set(lookup.ids)
+                keys += [e.key for e in await self._store.list_entries(task) if e.id in wanted]
+            return await self._store.delete_entries(task, list(dict.fromkeys(keys)))
+
+    async def prune(self, cmd: PruneCommand) -> int:
+        task = task_of(cmd.scope)
+        with hot_store_calls():
+            if cmd.strategy is PruneStrategy.ALL:
+                if cmd.dry_run:
+                    return len(await self._store.list_entries(task))
+                return await self._store.clear_task(task)
+            if cmd.strategy is PruneStrategy.BY_FILTER:
+                doomed = [
+                    e.key
+                    for e in await self._store.list_entries(task)
+                    if all(e.metadata.get(k) == v for k, v in cmd.filters.items())
+                ]
+                if cmd.dry_run:
+                    return len(doomed)
+                return await self._store.delete_entries(task, doomed)
+        # Working entries live until their task ends: nothing expires or ages out.
+        return 0
+
+
+def _matches(entry: WorkingEntry, query: RetrieveQuery) -> bool:
+    if any(entry.metadata.get(k) != v for k, v in query.filters.items()):
+        return False
+    return not query.kinds or (bool(entry.kind) and Kind(entry.kind) in query.kinds)

@@ -1,0 +1,38 @@
+"""The `memoryd` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+from memoryd.app import build_app
+from memoryd.settings import Settings, load_settings
+from memoryd.transport.server import serve
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memoryd", description="A memory service for AI agents")
+    parser.add_argument("--config", type=Path, help="TOML settings file (env vars win over it)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("serve", help="run the gRPC server")
+    run.add_argument("--listen", help="host:port (default from MEMORYD_LISTEN)")
+    return parser
+
+
+async def _serve(settings: Settings) -> None:
+    app = await build_app(settings)
+    await serve(settings, app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    overrides = {"listen": args.listen} if getattr(args, "listen", None) else {}
+    settings = load_settings(args.config, **overrides)
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.command == "serve":
+        asyncio.run(_serve(settings))
+    return 0

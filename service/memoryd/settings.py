@@ -1,0 +1,100 @@
+"""The one settings object. Built in `main`, passed down; nothing reads the environment elsewhere.
+
+Every field can be set by an environment variable with the `MEMORYD_` prefix; nested fields
+use `__` (e.g. `MEMORYD_WORKING__MAX_ENTRIES=200`). An optional TOML file (`--config` or
+`MEMORYD_CONFIG`) is read below the environment: the environment wins.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+
+class WorkingSettings(BaseModel):
+    """Working memory: key/value scratch space of one task (agent + task)."""
+
+    max_entries: int = Field(100, ge=1, description="Keys per task scope; the next key is refused")
+    max_bytes: int = Field(10_240, ge=1, description="Bytes per task scope; LRU eviction past it")
+
+
+class ShortTermSettings(BaseModel):
+    """Short-term memory: the conversation window of one session."""
+
+    ttl_seconds: int = Field(3600, ge=1, description="Session lifetime, refreshed on each write")
+    max_messages: int = Field(100, ge=1, description="Only the newest messages are kept")
+    max_bytes: int = Field(1_048_576, ge=1, description="Bytes per session; oldest dropped past it")
+
+
+class LimitSettings(BaseModel):
+    """Request limits: anything past them is refused with INVALID_ARGUMENT."""
+
+    max_content_bytes: int = Field(65_536, ge=1)
+    max_key_bytes: int = Field(256, ge=1)
+    max_id_bytes: int = Field(128, ge=1, description="user/agent/session/task ids")
+    max_metadata_entries: int = Field(32, ge=0)
+    max_metadata_key_bytes: int = Field(64, ge=1)
+    max_metadata_value_bytes: int = Field(1024, ge=1)
+    max_top_k: int = Field(100, ge=1)
+    default_top_k: int = Field(10, ge=1)
+    max_batch_ids: int = Field(1000, ge=1, description="ids or keys in one Get/Delete")
+    max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="gRPC message size")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="MEMORYD_",
+        env_nested_delimiter="__",
+        extra="ignore",
+    )
+
+    listen: str = Field("127.0.0.1:50051", description="host:port of the gRPC server")
+    data_dir: Path = Field(Path(".memoryd-data"), description="Where embedded stores keep data")
+    redis_url: str | None = Field(None, description="Hot tiers in Redis; unset: in-process")
+    reflection: bool = Field(False, description="Serve gRPC server reflection")
+    grace_period_seconds: float = Field(5.0, ge=0, description="Graceful stop on SIGTERM")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    working: WorkingSettings = WorkingSettings()
+    short_term: ShortTermSettings = ShortTermSettings()
+    limits: LimitSettings = LimitSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The TOML source reads model_config["toml_file"], which only load_settings sets.
+        return (
+            init_settings,
+            env_settings,
+            TomlConfigSettingsSource(settings_cls),
+            file_secret_settings,
+        )
+
+
+def load_settings(config_file: Path | None = None, **overrides: object) -> Settings:
+    """Settings from the environment, over an optional TOML file, under explicit overrides."""
+    path = config_file or (Path(p) if (p := os.environ.get("MEMORYD_CONFIG")) else None)
+    if path is None:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    if not path.is_file():
+        raise FileNotFoundError(f"config file not found: {path}")
+
+    class _FileSettings(Settings):
+        model_config = SettingsConfigDict(toml_file=path)
+
+    return _FileSettings(**overrides)  # type: ignore[arg-type]

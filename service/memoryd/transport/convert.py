@@ -1,0 +1,214 @@
+"""Protobuf messages <-> domain types. Enum values map by name (TIER_WORKING <-> WORKING)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import Enum
+from typing import Any, TypeVar
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from memoryd.core.errors import InvalidArgument
+from memoryd.core.models import (
+    AddCommand,
+    AddResult,
+    GetResult,
+    Kind,
+    Lookup,
+    MemoryRecord,
+    Operation,
+    Principal,
+    PruneCommand,
+    PruneResult,
+    PruneStrategy,
+    RetrieveQuery,
+    RetrieveResult,
+    Role,
+    Scope,
+    Source,
+    Tier,
+)
+from memoryd.v1 import memory_pb2 as pb
+
+E = TypeVar("E", bound=Enum)
+
+# (domain enum, proto enum wrapper, value-name prefix)
+_ENUMS: dict[type[Enum], tuple[Any, str]] = {
+    Tier: (pb.Tier, "TIER_"),
+    Kind: (pb.Kind, "KIND_"),
+    Operation: (pb.Operation, "OPERATION_"),
+    Role: (pb.Role, "ROLE_"),
+    Source: (pb.Source, "SOURCE_"),
+    PruneStrategy: (pb.PruneStrategy, "PRUNE_STRATEGY_"),
+}
+
+
+def _choices(enum: type[Enum]) -> str:
+    wrapper = _ENUMS[enum][0]
+    return ", ".join(n for n in wrapper.keys() if not n.endswith("_UNSPECIFIED"))  # noqa: SIM118
+
+
+def enum_from_proto(enum: type[E], value: int, field: str, *, required: bool = False) -> E:
+    wrapper, prefix = _ENUMS[enum]
+    try:
+        name = wrapper.Name(value).removeprefix(prefix)  # type: ignore[arg-type]
+        member = enum[name]
+    except (ValueError, KeyError):
+        raise InvalidArgument.of(
+            field, f"unknown value {value}; use one of {_choices(enum)}"
+        ) from None
+    if required and name == "UNSPECIFIED":
+        raise InvalidArgument.of(field, f"is required; use one of {_choices(enum)}")
+    return member
+
+
+def enum_to_proto(member: Enum) -> int:
+    wrapper, prefix = _ENUMS[type(member)]
+    return wrapper.Value(prefix + member.name)  # type: ignore[no-any-return]
+
+
+def tier_from_proto(value: int, field: str = "tier") -> Tier:
+    if value == pb.TIER_UNSPECIFIED:
+        raise InvalidArgument.of(field, f"is required; use one of {_choices(Tier)}")
+    return enum_from_proto(Tier, value, field)
+
+
+def tiers_from_proto(values: Iterable[int], field: str = "tiers") -> list[Tier]:
+    return [tier_from_proto(v, f"{field}[{i}]") for i, v in enumerate(values)]
+
+
+def _seconds(ts: Timestamp) -> float:
+    return ts.seconds + ts.nanos / 1e9
+
+
+def _timestamp(seconds: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(round(seconds * 1e9))
+    return ts
+
+
+def scope_from_proto(scope: pb.Scope, principal: Principal) -> Scope:
+    return Scope(
+        tenant=principal.tenant,
+        user_id=scope.user_id,
+        agent_id=scope.agent_id,
+        session_id=scope.session_id,
+        task_id=scope.task_id,
+    )
+
+
+def add_command(req: pb.AddRequest, principal: Principal) -> AddCommand:
+    return AddCommand(
+        scope=scope_from_proto(req.scope, principal),
+        tier=tier_from_proto(req.tier),
+        content=req.content,
+        kind=enum_from_proto(Kind, req.kind, "kind"),
+        key=req.key,
+        metadata=dict(req.metadata),
+        importance=req.importance if req.HasField("importance") else None,
+        expires_at=_seconds(req.expires_at) if req.HasField("expires_at") else None,
+        role=enum_from_proto(Role, req.role, "role"),
+        source=enum_from_proto(Source, req.source, "source"),
+        auto_prune=req.auto_prune,
+    )
+
+
+def add_response(result: AddResult, latency_ms: float) -> pb.AddResponse:
+    return pb.AddResponse(
+        memory_id=result.memory_id,
+        operation=enum_to_proto(result.operation),  # type: ignore[arg-type]
+        tier=enum_to_proto(result.tier),  # type: ignore[arg-type]
+        latency_ms=latency_ms,
+        quota_remaining=result.quota_remaining,
+        evicted_keys=result.evicted_keys,
+    )
+
+
+def retrieve_query(req: pb.RetrieveRequest, principal: Principal) -> RetrieveQuery:
+    return RetrieveQuery(
+        scope=scope_from_proto(req.scope, principal),
+        query=req.query,
+        tiers=tiers_from_proto(req.tiers),
+        top_k=req.top_k,
+        filters=dict(req.filters),
+        kinds=[enum_from_proto(Kind, k, f"kinds[{i}]") for i, k in enumerate(req.kinds)],
+        min_score=req.min_score if req.HasField("min_score") else None,
+        token_budget=req.token_budget if req.HasField("token_budget") else None,
+    )
+
+
+def memory_item(record: MemoryRecord) -> pb.MemoryItem:
+    item = pb.MemoryItem(
+        id=record.id,
+        tier=enum_to_proto(record.tier),  # type: ignore[arg-type]
+        kind=enum_to_proto(record.kind),  # type: ignore[arg-type]
+        content=record.content,
+        key=record.key,
+        score=record.score,
+        metadata=record.metadata,
+        importance=record.importance,
+        source=enum_to_proto(record.source),  # type: ignore[arg-type]
+        role=enum_to_proto(record.role),  # type: ignore[arg-type]
+        agent_id=record.agent_id,
+        session_id=record.session_id,
+        task_id=record.task_id,
+        archived=record.archived,
+        deleted=record.deleted,
+    )
+    if record.created_at:
+        item.created_at.CopyFrom(_timestamp(record.created_at))
+    if record.updated_at:
+        item.updated_at.CopyFrom(_timestamp(record.updated_at))
+    if record.expires_at is not None:
+        item.expires_at.CopyFrom(_timestamp(record.expires_at))
+    return item
+
+
+def retrieve_response(result: RetrieveResult) -> pb.RetrieveResponse:
+    return pb.RetrieveResponse(
+        items=[memory_item(r) for r in result.items],
+        total_count=result.total_count,
+        embedding_ms=result.embedding_ms,
+        retrieval_ms=result.retrieval_ms,
+        token_count=result.token_count,
+        truncated=result.truncated,
+    )
+
+
+def lookup(req: pb.GetRequest | pb.DeleteRequest, principal: Principal) -> Lookup:
+    return Lookup(
+        scope=scope_from_proto(req.scope, principal),
+        tier=tier_from_proto(req.tier),
+        ids=list(req.ids),
+        keys=list(req.keys),
+    )
+
+
+def get_response(result: GetResult) -> pb.GetResponse:
+    return pb.GetResponse(items=[memory_item(r) for r in result.items], missing=result.missing)
+
+
+def prune_command(req: pb.PruneRequest, principal: Principal) -> PruneCommand:
+    if req.strategy == pb.PRUNE_STRATEGY_UNSPECIFIED:
+        raise InvalidArgument.of("strategy", f"is required; use one of {_choices(PruneStrategy)}")
+    return PruneCommand(
+        scope=scope_from_proto(req.scope, principal),
+        strategy=enum_from_proto(PruneStrategy, req.strategy, "strategy"),
+        tiers=tiers_from_proto(req.tiers),
+        percent=req.percent,
+        older_than_days=req.older_than_days,
+        filters=dict(req.filters),
+        dry_run=req.dry_run,
+    )
+
+
+def prune_response(result: PruneResult) -> pb.PruneResponse:
+    return pb.PruneResponse(
+        deleted_count=result.deleted_count,
+        archived_count=result.archived_count,
+        dry_run=result.dry_run,
+        per_tier=[
+            pb.TierCount(tier=enum_to_proto(t), count=c)  # type: ignore[arg-type]
+            for t, c in result.per_tier.items()
+        ],
+    )

@@ -1,0 +1,88 @@
+"""The grpc.aio server: MemoryService, health, optional reflection, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import grpc
+from grpc_health.v1 import health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from memoryd.app import App
+from memoryd.settings import Settings
+from memoryd.transport.health import SERVICE_NAME, HealthMonitor
+from memoryd.transport.interceptors import CallContext, DefaultTenant, ServiceInterceptor
+from memoryd.transport.servicer import MemoryServicer
+from memoryd.v1 import memory_pb2, memory_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class MemorydServer:
+    def __init__(self, settings: Settings, app: App, health_interval_s: float = 2.0) -> None:
+        self._settings = settings
+        self._app = app
+        self._health = HealthMonitor(app.probes, health_interval_s)
+        calls = CallContext()
+        max_bytes = settings.limits.max_message_bytes
+        self._server = grpc.aio.server(
+            interceptors=[ServiceInterceptor(DefaultTenant(), calls)],
+            options=[
+                ("grpc.max_receive_message_length", max_bytes),
+                ("grpc.max_send_message_length", max_bytes),
+            ],
+        )
+        memory_pb2_grpc.add_MemoryServiceServicer_to_server(
+            MemoryServicer(app.engine, calls), self._server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, self._server)
+        if settings.reflection:
+            names = (
+                memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name,
+                "grpc.health.v1.Health",
+                reflection.SERVICE_NAME,
+            )
+            reflection.enable_server_reflection(names, self._server)
+        self.port = 0
+        self._stopped = False
+
+    @property
+    def health(self) -> HealthMonitor:
+        return self._health
+
+    async def start(self) -> int:
+        self.port = self._server.add_insecure_port(self._settings.listen)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self._settings.listen}")
+        await self._health.start()
+        await self._server.start()
+        log.info("memoryd serving %s on port %d", SERVICE_NAME, self.port)
+        return self.port
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        grace = self._settings.grace_period_seconds if grace_s is None else grace_s
+        await self._health.shutdown()
+        await self._server.stop(grace)
+        await self._app.close()
+        log.info("memoryd stopped")
+
+    async def wait(self) -> None:
+        await self._server.wait_for_termination()
+
+
+async def serve(settings: Settings, app: App) -> None:
+    """Run until SIGTERM/SIGINT, then go NOT_SERVING and stop within the grace period."""
+    server = MemorydServer(settings, app)
+    await server.start()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await stopping.wait()
+    log.info("signal received: stopping within %.1f s", settings.grace_period_seconds)
+    await server.stop()

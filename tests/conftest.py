@@ -1,0 +1,92 @@
+"""Shared fixtures: a private Redis, hot stores of both kinds, and an in-process server."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import redis.asyncio as aioredis
+
+from memoryd.app import build_app
+from memoryd.settings import Settings
+from memoryd.stores.hot.memory_store import InProcessHotStore
+from memoryd.stores.hot.port import HotStore
+from memoryd.stores.hot.redis_store import RedisHotStore
+from memoryd.transport.server import MemorydServer
+from memoryd.v1 import memory_pb2_grpc
+from redis_server import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def redis_client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_server.url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture(params=["in_process", "redis"])
+async def hot_store(request: pytest.FixtureRequest) -> AsyncIterator[HotStore]:
+    store: HotStore
+    if request.param == "redis":
+        store = RedisHotStore(request.getfixturevalue("redis_server").url)
+    else:
+        store = InProcessHotStore()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def user_id() -> str:
+    """A fresh user per test, so tests sharing a Redis never see each other's data."""
+    return f"user-{uuid.uuid4().hex[:12]}"
+
+
+class RunningServer:
+    def __init__(self, server: MemorydServer, channel: grpc.aio.Channel) -> None:
+        self.server = server
+        self.channel = channel
+        self.stub = memory_pb2_grpc.MemoryServiceStub(channel)
+
+
+ServerFactory = Callable[..., Awaitable[RunningServer]]
+
+
+@pytest.fixture
+async def start_server(tmp_path: Path) -> AsyncIterator[ServerFactory]:
+    """Start in-process servers on port 0; all are stopped at the end of the test."""
+    running: list[RunningServer] = []
+
+    async def start(**overrides: Any) -> RunningServer:
+        values: dict[str, Any] = {"listen": "127.0.0.1:0", "data_dir": tmp_path / "data"}
+        values.update(overrides)
+        settings = Settings(**values)
+        server = MemorydServer(settings, await build_app(settings), health_interval_s=0.2)
+        port = await server.start()
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        handle = RunningServer(server, channel)
+        running.append(handle)
+        return handle
+
+    yield start
+    for handle in running:
+        await handle.channel.close()
+        await handle.server.stop(grace_s=0)
+
+
+@pytest.fixture(params=["in_process", "redis"])
+async def memoryd(request: pytest.FixtureRequest, start_server: ServerFactory) -> RunningServer:
+    """A server on each hot store kind; tests using it run once per kind."""
+    if request.param == "redis":
+        return await start_server(redis_url=request.getfixturevalue("redis_server").url)
+    return await start_server()

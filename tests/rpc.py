@@ -1,0 +1,49 @@
+"""Helpers for calling the server through the committed stubs and reading rich errors."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from memoryd.v1 import memory_pb2 as pb
+
+
+def scope(user_id: str, **kw: str) -> pb.Scope:
+    return pb.Scope(user_id=user_id, **kw)
+
+
+async def rpc_error(call: Awaitable[Any]) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call
+    return caught.value
+
+
+def rich_status(err: grpc.aio.AioRpcError) -> status_pb2.Status:
+    for key, value in err.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status()
+            status.ParseFromString(value)
+            return status
+    raise AssertionError("the error carries no google.rpc.Status details")
+
+
+def bad_request_fields(err: grpc.aio.AioRpcError) -> list[str]:
+    for detail in rich_status(err).details:
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            return [v.field for v in bad.field_violations]
+    raise AssertionError("the error carries no BadRequest")
+
+
+def quota_failure(err: grpc.aio.AioRpcError) -> error_details_pb2.QuotaFailure:
+    for detail in rich_status(err).details:
+        if detail.Is(error_details_pb2.QuotaFailure.DESCRIPTOR):
+            failure = error_details_pb2.QuotaFailure()
+            detail.Unpack(failure)
+            return failure
+    raise AssertionError("the error carries no QuotaFailure")

@@ -1,0 +1,149 @@
+"""The server: health, reflection, restarts, stores going down, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from conftest import RunningServer, ServerFactory
+from memoryd.v1 import memory_pb2 as pb
+from memoryd.v1 import memory_pb2_grpc
+from redis_server import RedisServer, free_port
+from rpc import rpc_error, scope
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+async def health_of(channel: grpc.aio.Channel, service: str = "") -> int:
+    stub = health_pb2_grpc.HealthStub(channel)
+    reply = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+    return int(reply.status)
+
+
+async def test_health_is_serving_overall_per_service_and_per_store(memoryd: RunningServer) -> None:
+    for service in ("", "memoryd.v1.MemoryService", "memoryd.hot_store"):
+        assert await health_of(memoryd.channel, service) == SERVING
+
+
+async def test_reflection_lists_the_service_when_enabled(start_server: ServerFactory) -> None:
+    s = await start_server(reflection=True)
+    stub = reflection_pb2_grpc.ServerReflectionStub(s.channel)
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    async for reply in stub.ServerReflectionInfo(iter([request])):
+        names = {svc.name for svc in reply.list_services_response.service}
+        assert {"memoryd.v1.MemoryService", "grpc.health.v1.Health"} <= names
+        break
+
+
+async def test_reflection_is_off_by_default(memoryd: RunningServer) -> None:
+    stub = reflection_pb2_grpc.ServerReflectionStub(memoryd.channel)
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in stub.ServerReflectionInfo(iter([request])):
+            pass
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.Usage(pb.UsageRequest(scope=scope("u"))),
+        lambda s: s.RenderContext(pb.RenderContextRequest(scope=scope("u"))),
+        lambda s: s.EndSession(pb.EndSessionRequest(scope=scope("u", session_id="s"))),
+    ],
+    ids=["Usage", "RenderContext", "EndSession"],
+)
+async def test_rpcs_of_later_versions_answer_unimplemented_saying_so(
+    memoryd: RunningServer, call: object
+) -> None:
+    err = await rpc_error(call(memoryd.stub))  # type: ignore[operator]
+    assert err.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "not implemented" in (err.details() or "")
+
+
+async def test_streaming_rpcs_of_later_versions_answer_unimplemented(
+    memoryd: RunningServer,
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in memoryd.stub.Export(pb.ExportRequest(scope=scope("u"))):
+            pass
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    err = await rpc_error(memoryd.stub.Import(iter([pb.ImportRequest(scope=scope("u"))])))
+    assert err.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_redis_data_survives_a_server_restart(
+    start_server: ServerFactory, redis_server: RedisServer, user_id: str
+) -> None:
+    sc = scope(user_id, agent_id="a", task_id="t", session_id="s")
+    first = await start_server(redis_url=redis_server.url)
+    await first.stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_WORKING, key="k", content="kept"))
+    await first.stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_SHORT_TERM, content="said"))
+    await first.server.stop(grace_s=0)
+    second = await start_server(redis_url=redis_server.url)
+    reply = await second.stub.Retrieve(pb.RetrieveRequest(scope=sc))
+    assert [i.content for i in reply.items] == ["kept", "said"]
+
+
+async def test_a_redis_that_is_down_gives_unavailable_and_not_serving(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
+    redis = RedisServer(tmp_path)
+    s = await start_server(redis_url=redis.url)
+    redis.stop()
+    sc = scope(user_id, agent_id="a", task_id="t")
+    err = await rpc_error(
+        s.stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_WORKING, key="k", content="v"))
+    )
+    assert err.code() == grpc.StatusCode.UNAVAILABLE
+    assert "hot store is unavailable" in (err.details() or "")
+    await s.server.health.check_now()
+    assert await health_of(s.channel, "memoryd.hot_store") == NOT_SERVING
+    assert await health_of(s.channel, "memoryd.v1.MemoryService") == NOT_SERVING
+
+
+def test_sigterm_turns_not_serving_then_stops_gracefully(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "MEMORYD_LISTEN": f"127.0.0.1:{port}", "MEMORYD_DATA_DIR": str(tmp_path)}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "service")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memoryd", "serve"], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert _wait_serving(port), "server did not become SERVING"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = proc.stderr.read() if proc.stderr else ""
+    assert "signal received" in log and "memoryd stopped" in log
+
+
+def _wait_serving(port: int) -> bool:
+    async def poll() -> bool:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            for _ in range(200):
+                try:
+                    if await health_of(channel) == SERVING:
+                        return True
+                except grpc.aio.AioRpcError:
+                    pass
+                await asyncio.sleep(0.05)
+        return False
+
+    return asyncio.run(poll())
+
+
+def test_the_stub_module_exposes_the_service() -> None:
+    assert hasattr(memory_pb2_grpc, "MemoryServiceStub")
