@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -11,8 +12,11 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 
-from memoryd.app import build_app
+from memoryd.app import App, build_app
 from memoryd.settings import Settings
+from memoryd.stores.embeddings.cache import CachedEmbedder
+from memoryd.stores.embeddings.minilm import MiniLMEmbedder
+from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.hot.memory_store import InProcessHotStore
 from memoryd.stores.hot.port import HotStore
 from memoryd.stores.hot.redis_store import RedisHotStore
@@ -53,8 +57,9 @@ def user_id() -> str:
 
 
 class RunningServer:
-    def __init__(self, server: MemorydServer, channel: grpc.aio.Channel) -> None:
+    def __init__(self, server: MemorydServer, app: App, channel: grpc.aio.Channel) -> None:
         self.server = server
+        self.app = app
         self.channel = channel
         self.stub = memory_pb2_grpc.MemoryServiceStub(channel)
 
@@ -62,19 +67,28 @@ class RunningServer:
 ServerFactory = Callable[..., Awaitable[RunningServer]]
 
 
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    """The real offline MiniLM model, loaded once for the whole run."""
+    model = CachedEmbedder(MiniLMEmbedder())
+    model.warm()
+    return model
+
+
 @pytest.fixture
-async def start_server(tmp_path: Path) -> AsyncIterator[ServerFactory]:
+async def start_server(tmp_path: Path, embedder: Embedder) -> AsyncIterator[ServerFactory]:
     """Start in-process servers on port 0; all are stopped at the end of the test."""
     running: list[RunningServer] = []
 
-    async def start(**overrides: Any) -> RunningServer:
+    async def start(clock: Callable[[], float] = time.time, **overrides: Any) -> RunningServer:
         values: dict[str, Any] = {"listen": "127.0.0.1:0", "data_dir": tmp_path / "data"}
         values.update(overrides)
         settings = Settings(**values)
-        server = MemorydServer(settings, await build_app(settings), health_interval_s=0.2)
+        app = await build_app(settings, clock=clock, embedder=embedder)
+        server = MemorydServer(settings, app, health_interval_s=0.2)
         port = await server.start()
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-        handle = RunningServer(server, channel)
+        handle = RunningServer(server, app, channel)
         running.append(handle)
         return handle
 

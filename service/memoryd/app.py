@@ -3,31 +3,59 @@ call it; every other module receives what it needs as arguments."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+import redis.asyncio as aioredis
+
 from memoryd.core.engine import MemoryEngine
+from memoryd.core.long_term import LongTermTier
+from memoryd.core.persona import PersonaTier
 from memoryd.core.short_term import ShortTermTier
 from memoryd.core.tier import TierHandler
+from memoryd.core.vector_memory import VectorMemory
 from memoryd.core.working import WorkingTier
+from memoryd.core.write_behind import ConversationCopier
 from memoryd.settings import Settings
+from memoryd.stores.embeddings.cache import CachedEmbedder
+from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.hot.memory_store import InProcessHotStore
 from memoryd.stores.hot.port import HotStore
 from memoryd.stores.hot.redis_store import RedisHotStore
+from memoryd.stores.queue.file_queue import FileQueue
+from memoryd.stores.queue.port import WriteBehindQueue
+from memoryd.stores.queue.redis_stream import RedisStreamQueue
+from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore
+
+log = logging.getLogger(__name__)
 
 Probe = Callable[[], Awaitable[bool]]
 Closer = Callable[[], Awaitable[None]]
 
 
+class StartupRefused(Exception):
+    """The server must not start, for the reason given (shown to the operator as is)."""
+
+
 @dataclass
 class App:
     engine: MemoryEngine
+    copier: ConversationCopier
+    vectors: VectorStore
     probes: dict[str, Probe] = field(default_factory=dict)
     closers: list[Closer] = field(default_factory=list)
 
+    async def start(self) -> None:
+        self.copier.start()
+
     async def close(self) -> None:
+        await self.copier.stop()
         for close in reversed(self.closers):
+            log.debug("closing %s", close)
             await close()
 
 
@@ -37,11 +65,122 @@ def build_hot_store(settings: Settings) -> HotStore:
     return InProcessHotStore()
 
 
-async def build_app(settings: Settings, clock: Callable[[], float] = time.time) -> App:
+def build_embedder(settings: Settings) -> Embedder:
+    cfg = settings.embedder
+    inner: Embedder
+    if cfg.provider == "openai":
+        from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
+
+        inner = OpenAIEmbedder(
+            api_key=cfg.openai_api_key,
+            model=cfg.openai_model,
+            base_url=cfg.openai_base_url,
+            dimensions=cfg.openai_dimensions,
+            timeout_s=cfg.openai_timeout_seconds,
+        )
+    else:
+        from memoryd.stores.embeddings.minilm import MiniLMEmbedder
+
+        inner = MiniLMEmbedder()
+    return CachedEmbedder(
+        inner,
+        max_entries=cfg.cache_entries,
+        redis_url=settings.redis_url,
+        redis_ttl_s=cfg.cache_ttl_seconds,
+    )
+
+
+def open_vector_store(settings: Settings, dim: int) -> VectorStore:
+    cfg = settings.vectors
+    try:
+        if cfg.backend == "qdrant":
+            from memoryd.stores.vectors.qdrant_server_store import QdrantServerVectorStore
+
+            return QdrantServerVectorStore(
+                url=cfg.qdrant_url,
+                api_key=cfg.qdrant_api_key,
+                prefer_grpc=cfg.qdrant_prefer_grpc,
+                collection=cfg.collection,
+                dim=dim,
+                location=cfg.qdrant_location,
+            )
+        from memoryd.stores.vectors.edge_store import EdgeVectorStore
+
+        return EdgeVectorStore(settings.data_dir / "vectors", dim=dim, collection=cfg.collection)
+    except IncompatibleStoreError as exc:
+        raise StartupRefused(
+            f"the vector store cannot be used with embedder dimension {dim}: {exc}. "
+            "Run `memoryd reindex` to re-embed it with the configured embedder."
+        ) from exc
+
+
+def check_embedder_matches(store: VectorStore, embedder: Embedder) -> None:
+    """Vectors of different embedders must never be compared: refuse a store built with
+    another one, and record ours in a new store."""
+    meta = store.read_meta() or {}
+    built_with = meta.get("embedder")
+    if built_with is None:
+        store.write_meta({**meta, "embedder": embedder.name, "dim": embedder.dim})
+        return
+    if built_with != embedder.name or meta.get("dim") != embedder.dim:
+        raise StartupRefused(
+            f"the vector store was built with embedder {built_with!r} (dimension "
+            f"{meta.get('dim')}), but the configured embedder is {embedder.name!r} (dimension "
+            f"{embedder.dim}). Configure the original embedder, or run `memoryd reindex` to "
+            "re-embed every memory with the new one."
+        )
+
+
+def open_vectors(settings: Settings, embedder: Embedder) -> VectorStore:
+    embedder.warm()  # loads the model now, so no request pays for it
+    store = open_vector_store(settings, embedder.dim)
+    try:
+        check_embedder_matches(store, embedder)
+    except StartupRefused:
+        store.close()
+        raise
+    return store
+
+
+def build_queue(settings: Settings) -> WriteBehindQueue:
+    if settings.redis_url:
+        consumer = settings.instance_id or socket.gethostname()
+        return RedisStreamQueue(aioredis.Redis.from_url(settings.redis_url), consumer)
+    return FileQueue(settings.data_dir / "queue")
+
+
+async def build_app(
+    settings: Settings,
+    clock: Callable[[], float] = time.time,
+    embedder: Embedder | None = None,
+) -> App:
+    """Open every store (off the event loop where it blocks) and wire the core."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    embedder = embedder or build_embedder(settings)
+    vectors = await asyncio.to_thread(open_vectors, settings, embedder)
     hot = build_hot_store(settings)
+    queue = build_queue(settings)
+    memory = VectorMemory(vectors, embedder, settings.retrieval, clock)
+    long_term = LongTermTier(memory, settings.long_term, clock)
+    copier = ConversationCopier(queue, long_term, settings.write_behind)
     tiers: list[TierHandler] = [
         WorkingTier(hot, settings.working, settings.limits, clock),
-        ShortTermTier(hot, settings.short_term, clock),
+        ShortTermTier(hot, settings.short_term, clock, listener=copier.enqueue),
+        long_term,
+        PersonaTier(memory, settings.long_term, settings.limits, clock),
     ]
     engine = MemoryEngine({t.tier: t for t in tiers}, settings.limits)
-    return App(engine=engine, probes={"memoryd.hot_store": hot.ping}, closers=[hot.close])
+
+    async def vectors_up() -> bool:
+        return await asyncio.to_thread(vectors.healthy)
+
+    async def close_vectors() -> None:
+        await asyncio.to_thread(vectors.close)
+
+    return App(
+        engine=engine,
+        copier=copier,
+        vectors=vectors,
+        probes={"memoryd.hot_store": hot.ping, "memoryd.vector_store": vectors_up},
+        closers=[close_vectors, hot.close, queue.close],
+    )

@@ -7,7 +7,7 @@ import asyncio
 import logging
 from pathlib import Path
 
-from memoryd.app import build_app
+from memoryd.app import StartupRefused, build_app
 from memoryd.settings import Settings, load_settings
 from memoryd.transport.server import serve
 
@@ -33,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if args.command == "serve":
-        asyncio.run(_serve(settings))
+    try:
+        if args.command == "serve":
+            asyncio.run(_serve(settings))
+    except StartupRefused as exc:
+        logging.getLogger("memoryd").error("start-up refused: %s", exc)
+        return 2
     return 0

@@ -50,6 +50,52 @@ class LimitSettings(BaseModel):
     max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="gRPC message size")
 
 
+class VectorSettings(BaseModel):
+    """Where long-term, persona and the other vector tiers live."""
+
+    backend: Literal["edge", "qdrant"] = Field(
+        "edge", description="edge: in-process qdrant-edge under data_dir; qdrant: a server"
+    )
+    qdrant_url: str | None = Field(None, description="Qdrant server URL (backend=qdrant)")
+    qdrant_api_key: str | None = None
+    qdrant_prefer_grpc: bool = True
+    qdrant_location: str | None = Field(
+        None, description="qdrant-client local mode (':memory:' or a path), instead of a URL"
+    )
+    collection: str = "memories"
+
+
+class EmbedderSettings(BaseModel):
+    provider: Literal["minilm", "openai"] = "minilm"
+    openai_api_key: str | None = None
+    openai_base_url: str | None = Field(None, description="Any OpenAI-compatible endpoint")
+    openai_model: str = "text-embedding-3-small"
+    openai_dimensions: int | None = Field(None, ge=1)
+    openai_timeout_seconds: float = Field(10.0, gt=0)
+    cache_entries: int = Field(10_000, ge=0, description="In-process LRU of embeddings")
+    cache_ttl_seconds: int = Field(7 * 24 * 3600, ge=1, description="Redis cache TTL")
+
+
+class RetrievalSettings(BaseModel):
+    mode: Literal["hybrid", "dense", "keyword"] = "hybrid"
+    min_score: float = Field(0.3, ge=0, le=1, description="Default min_score of Retrieve")
+    rrf_k: int = Field(60, ge=1)
+    dense_weight: float = Field(1.0, gt=0)
+    sparse_weight: float = Field(1.0, gt=0)
+
+
+class LongTermSettings(BaseModel):
+    compress_over_bytes: int = Field(1024, ge=1, description="zlib-compress larger content")
+    max_memories: int = Field(10_000, ge=1, description="Per user; RESOURCE_EXHAUSTED past it")
+
+
+class WriteBehindSettings(BaseModel):
+    """The durable copy of conversation messages into long-term memory."""
+
+    batch_size: int = Field(64, ge=1)
+    retry_seconds: float = Field(1.0, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MEMORYD_",
@@ -67,6 +113,14 @@ class Settings(BaseSettings):
     working: WorkingSettings = WorkingSettings()
     short_term: ShortTermSettings = ShortTermSettings()
     limits: LimitSettings = LimitSettings()
+    vectors: VectorSettings = VectorSettings()
+    embedder: EmbedderSettings = EmbedderSettings()
+    retrieval: RetrievalSettings = RetrievalSettings()
+    long_term: LongTermSettings = LongTermSettings()
+    write_behind: WriteBehindSettings = WriteBehindSettings()
+    instance_id: str = Field(
+        "", description="Names this replica's Redis stream consumer; empty: the host name"
+    )
 
     @classmethod
     def settings_customise_sources(

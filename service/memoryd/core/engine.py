@@ -91,8 +91,11 @@ class MemoryEngine:
             (working if handler.tier is Tier.WORKING else others).extend(hits.items)
         # Working memory is the current task's state: always first, then by relevance.
         others.sort(key=lambda r: r.score, reverse=True)
+        # A message can be both in its session and (as its durable copy) in long-term
+        # memory, under one id: return it once, from the tier that ranked it first.
+        unique = list({r.id: r for r in reversed(working + others)}.values())[::-1]
         return RetrieveResult(
-            items=working + others,
+            items=unique,
             total_count=total,
             embedding_ms=embedding_ms,
             retrieval_ms=(time.perf_counter() - started) * 1000 - embedding_ms,

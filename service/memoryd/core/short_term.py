@@ -27,7 +27,8 @@ from memoryd.core.validation import Violations
 from memoryd.settings import ShortTermSettings
 from memoryd.stores.hot.port import HotStore, SessionKey, SessionMessage
 
-# Called after a message is acknowledged, e.g. to queue its durable long-term copy.
+# Called before a message is stored, to queue its durable long-term copy: a message the
+# caller sees acknowledged always has its copy queued.
 MessageListener = Callable[[Scope, MemoryRecord], Awaitable[None]]
 
 
@@ -86,6 +87,8 @@ class ShortTermTier:
             size=utf8_len(cmd.content),
             metadata=dict(cmd.metadata),
         )
+        if self._listener is not None:
+            await self._listener(cmd.scope, _record(message, cmd.scope))
         with hot_store_calls():
             outcome = await self._store.append_message(
                 session_of(cmd.scope),
@@ -94,8 +97,6 @@ class ShortTermTier:
                 self._settings.max_bytes,
                 self._settings.ttl_seconds,
             )
-        if self._listener is not None:
-            await self._listener(cmd.scope, _record(message, cmd.scope))
         return AddResult(
             memory_id=message.id,
             operation=Operation.ADD,

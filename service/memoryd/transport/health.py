@@ -6,12 +6,13 @@ A background loop probes the stores, so Check answers from memory and never wait
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health_pb2 as hpb
+
+from memoryd.core.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ class HealthMonitor:
 
     async def _probe(self, name: str, probe: Probe) -> bool:
         try:
-            return await asyncio.wait_for(probe(), self._timeout)
+            async with asyncio.timeout(self._timeout):
+                return await probe()
         except Exception:
             log.debug("health probe %s failed", name, exc_info=True)
             return False
@@ -62,10 +64,8 @@ class HealthMonitor:
 
     async def shutdown(self) -> None:
         """Turn NOT_SERVING first, so load balancers stop sending before the server stops."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        task, self._task = self._task, None
+        await stop_task(task)
         await self.servicer.enter_graceful_shutdown()
 
 

@@ -57,6 +57,7 @@ class MemorydServer:
         if self.port == 0:
             raise OSError(f"cannot listen on {self._settings.listen}")
         await self._health.start()
+        await self._app.start()
         await self._server.start()
         log.info("memoryd serving %s on port %d", SERVICE_NAME, self.port)
         return self.port
@@ -66,8 +67,11 @@ class MemorydServer:
             return
         self._stopped = True
         grace = self._settings.grace_period_seconds if grace_s is None else grace_s
+        log.debug("stopping: health")
         await self._health.shutdown()
+        log.debug("stopping: server")
         await self._server.stop(grace)
+        log.debug("stopping: app")
         await self._app.close()
         log.info("memoryd stopped")
 

@@ -1,0 +1,192 @@
+"""Long-term memory: typed, persistent, semantically searchable memories of a user."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Sequence
+
+from memoryd.core.errors import QuotaExceeded, Unimplemented
+from memoryd.core.locks import KeyedLocks
+from memoryd.core.models import (
+    AddCommand,
+    AddResult,
+    GetResult,
+    Kind,
+    Lookup,
+    MemoryRecord,
+    Operation,
+    PruneCommand,
+    PruneStrategy,
+    RetrieveQuery,
+    Role,
+    Scope,
+    Source,
+    Tier,
+)
+from memoryd.core.payload import content_hash, to_payload
+from memoryd.core.tier import TierHits
+from memoryd.core.validation import Violations
+from memoryd.core.vector_memory import NewPoint, VectorMemory
+from memoryd.settings import LongTermSettings
+from memoryd.stores.vectors.port import MatchValue, Range
+
+# Kinds that belong to other tiers.
+_FOREIGN_KINDS = frozenset({Kind.EPISODE, Kind.ENTITY, Kind.RELATION, Kind.DOCUMENT})
+
+
+class LongTermTier:
+    tier = Tier.LONG_TERM
+
+    def __init__(
+        self, memory: VectorMemory, settings: LongTermSettings, clock: Callable[[], float]
+    ) -> None:
+        self._memory = memory
+        self._settings = settings
+        self._clock = clock
+        self._locks = KeyedLocks()
+
+    def check_add(self, cmd: AddCommand, v: Violations) -> None:
+        if cmd.kind in _FOREIGN_KINDS:
+            v.add("kind", f"{cmd.kind.value} memories belong to another tier")
+        if cmd.expires_at is not None and cmd.expires_at <= self._clock():
+            v.add("expires_at", "must be in the future")
+
+    def can_retrieve(self, scope: Scope) -> bool:
+        return True
+
+    def _new_point(self, record: MemoryRecord, scope: Scope) -> NewPoint:
+        digest = content_hash(scope, record.tier, record.key, record.content)
+        payload = to_payload(record, scope, digest, self._settings.compress_over_bytes)
+        return NewPoint(record=record, payload=payload, embed_text=record.content)
+
+    async def add(self, cmd: AddCommand) -> AddResult:
+        scope = cmd.scope
+        digest = content_hash(scope, Tier.LONG_TERM, "", cmd.content)
+        live = self._memory.scope_filter(scope, Tier.LONG_TERM)
+        limit = self._settings.max_memories
+        async with self._locks((scope.tenant, scope.user_id)):
+            if cmd.kind is not Kind.MESSAGE:
+                same = await self._memory.first(live.and_(MatchValue("content_hash", digest)))
+                if same is not None:
+                    count = await self._memory.call(self._memory.store.count, live)
+                    return AddResult(
+                        same.id, Operation.DEDUPLICATED, Tier.LONG_TERM, max(0, limit - count)
+                    )
+            count = await self._memory.call(self._memory.store.count, live)
+            operation = Operation.ADD
+            if count >= limit:
+                if not cmd.auto_prune:
+                    raise QuotaExceeded(
+                        subject=f"long_term:{scope.user_id}",
+                        limit_name="long_term.max_memories",
+                        limit=limit,
+                        message=(
+                            f"long-term memory is full (max: {limit:,} memories); "
+                            "delete old memories or upgrade your plan"
+                        ),
+                    )
+                count -= await self._drop_oldest(scope, math.ceil(count * 0.10))
+                operation = Operation.ADD_WITH_PRUNE
+            now = self._clock()
+            record = MemoryRecord(
+                id=str(uuid.uuid4()),
+                tier=Tier.LONG_TERM,
+                content=cmd.content,
+                kind=Kind.NOTE if cmd.kind is Kind.UNSPECIFIED else cmd.kind,
+                metadata=dict(cmd.metadata),
+                importance=0.5 if cmd.importance is None else cmd.importance,
+                created_at=now,
+                updated_at=now,
+                expires_at=cmd.expires_at,
+                source=Source.EXPLICIT if cmd.source is Source.UNSPECIFIED else cmd.source,
+                role=cmd.role,
+                agent_id=scope.agent_id,
+                session_id=scope.session_id,
+                task_id=scope.task_id,
+            )
+            await self._memory.insert([self._new_point(record, scope)])
+        return AddResult(record.id, operation, Tier.LONG_TERM, max(0, limit - count - 1))
+
+    async def add_messages(self, items: Sequence[tuple[Scope, MemoryRecord]]) -> None:
+        """The durable copies of conversation messages; ids are the messages' own, so a
+        replay after a restart rewrites the same points instead of adding new ones."""
+        points = []
+        for scope, message in items:
+            record = MemoryRecord(
+                id=message.id,
+                tier=Tier.LONG_TERM,
+                content=message.content,
+                kind=Kind.MESSAGE,
+                metadata=dict(message.metadata),
+                created_at=message.created_at,
+                updated_at=message.created_at,
+                source=Source.AUTO,
+                role=message.role if message.role is not Role.UNSPECIFIED else Role.USER,
+                agent_id=scope.agent_id,
+                session_id=scope.session_id,
+            )
+            points.append(self._new_point(record, scope))
+        await self._memory.insert(points)
+
+    async def _drop_oldest(self, scope: Scope, n: int) -> int:
+        oldest = await self._memory.records(
+            self._memory.scope_filter(scope, Tier.LONG_TERM), n, newest_first=False
+        )
+        await self._memory.call(self._memory.store.delete, [r.id for r in oldest])
+        return len(oldest)
+
+    async def retrieve(self, query: RetrieveQuery, top_k: int) -> TierHits:
+        flt = self._memory.scope_filter(
+            query.scope, Tier.LONG_TERM, metadata=query.filters, kinds=query.kinds
+        )
+        if not query.query.strip():
+            items = await self._memory.records(flt, top_k)
+            return TierHits(
+                items=items, total=await self._memory.call(self._memory.store.count, flt)
+            )
+        return await self._memory.search(flt, query.query, top_k, query.min_score)
+
+    async def get(self, lookup: Lookup) -> GetResult:
+        flt = self._memory.scope_filter(lookup.scope, Tier.LONG_TERM)
+        found = await self._memory.by_ids(flt, lookup.ids)
+        found_ids = {r.id for r in found}
+        return GetResult(items=found, missing=[i for i in lookup.ids if i not in found_ids])
+
+    async def delete(self, lookup: Lookup) -> int:
+        """Soft delete: hidden at once, purged by a later Prune (EXPIRED or ALL)."""
+        flt = self._memory.scope_filter(lookup.scope, Tier.LONG_TERM)
+        ids = [r.id for r in await self._memory.by_ids(flt, lookup.ids)]
+        if ids:
+            patch = {"deleted": True, "updated_at": self._clock()}
+            await self._memory.call(self._memory.store.set_payload, ids, patch)
+        return len(ids)
+
+    async def prune(self, cmd: PruneCommand) -> int:
+        memory, scope = self._memory, cmd.scope
+        if cmd.strategy is PruneStrategy.ALL:
+            flt = memory.scope_filter(scope, Tier.LONG_TERM, live_only=False)
+        elif cmd.strategy is PruneStrategy.BY_FILTER:
+            flt = memory.scope_filter(scope, Tier.LONG_TERM, live_only=False, metadata=cmd.filters)
+        elif cmd.strategy is PruneStrategy.EXPIRED:
+            everything = memory.scope_filter(scope, Tier.LONG_TERM, live_only=False)
+            live = memory.scope_filter(scope, Tier.LONG_TERM)
+            total = await memory.call(memory.store.count, everything)
+            dead = total - await memory.call(memory.store.count, live)
+            if not cmd.dry_run and dead:
+                expired = everything.and_(Range("expires_at", lte=self._clock()))
+                await memory.call(memory.store.delete_where, expired)
+                deleted = everything.and_(MatchValue("deleted", True))
+                await memory.call(memory.store.delete_where, deleted)
+            return dead
+        elif cmd.strategy is PruneStrategy.OLDEST_PERCENT:
+            live = memory.scope_filter(scope, Tier.LONG_TERM)
+            n = math.ceil(await memory.call(memory.store.count, live) * cmd.percent / 100)
+            if cmd.dry_run:
+                return n
+            return await self._drop_oldest(scope, n)
+        else:
+            raise Unimplemented(f"the {cmd.strategy.value} prune strategy on long-term memory")
+        if cmd.dry_run:
+            return await memory.call(memory.store.count, flt)
+        return await memory.call(memory.store.delete_where, flt)

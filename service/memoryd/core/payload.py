@@ -1,0 +1,88 @@
+"""How a memory is laid out in the vector store's payload, and read back.
+
+Content over the compression threshold is stored zlib-compressed (base64 in `content_z`)
+and returned decompressed: callers never see the difference.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zlib
+from typing import Any
+
+from memoryd.core.models import Kind, MemoryRecord, Role, Scope, Source, Tier
+from memoryd.core.text import utf8_len
+
+
+def content_hash(scope: Scope, tier: Tier, key: str, content: str) -> str:
+    """Identity of a memory's content for de-duplication, per tenant, user and tier."""
+    normal = " ".join(content.split()).casefold()
+    material = "\x00".join((scope.tenant, scope.user_id, tier.value, key, normal))
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+def to_payload(
+    record: MemoryRecord, scope: Scope, digest: str, compress_over_bytes: int
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "tenant": scope.tenant,
+        "user_id": scope.user_id,
+        "tier": record.tier.value,
+        "kind": record.kind.value,
+        "key": record.key,
+        "metadata": dict(record.metadata),
+        "importance": record.importance,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "deleted": False,
+        "source": record.source.value,
+        "role": record.role.value,
+        "agent_id": record.agent_id,
+        "session_id": record.session_id,
+        "task_id": record.task_id,
+        "content_hash": digest,
+        "size": utf8_len(record.content),
+    }
+    if record.expires_at is not None:
+        payload["expires_at"] = record.expires_at
+    raw = record.content.encode("utf-8")
+    if len(raw) > compress_over_bytes:
+        packed = zlib.compress(raw, level=6)
+        payload["content_z"] = base64.b64encode(packed).decode("ascii")
+        payload["compressed"] = True
+        payload["stored_size"] = len(packed)
+    else:
+        payload["content"] = record.content
+        payload["compressed"] = False
+        payload["stored_size"] = len(raw)
+    return payload
+
+
+def content_of(payload: dict[str, Any]) -> str:
+    if payload.get("compressed"):
+        return zlib.decompress(base64.b64decode(payload["content_z"])).decode("utf-8")
+    return str(payload.get("content", ""))
+
+
+def from_payload(point_id: str, payload: dict[str, Any], score: float = 0.0) -> MemoryRecord:
+    expires = payload.get("expires_at")
+    return MemoryRecord(
+        id=point_id,
+        tier=Tier(payload["tier"]),
+        content=content_of(payload),
+        kind=Kind(payload.get("kind", Kind.UNSPECIFIED.value)),
+        key=payload.get("key", ""),
+        score=score,
+        metadata=dict(payload.get("metadata") or {}),
+        importance=float(payload.get("importance", 0.5)),
+        created_at=float(payload.get("created_at", 0.0)),
+        updated_at=float(payload.get("updated_at", 0.0)),
+        expires_at=float(expires) if expires is not None else None,
+        source=Source(payload.get("source", Source.UNSPECIFIED.value)),
+        role=Role(payload.get("role", Role.UNSPECIFIED.value)),
+        agent_id=payload.get("agent_id", ""),
+        session_id=payload.get("session_id", ""),
+        task_id=payload.get("task_id", ""),
+        deleted=bool(payload.get("deleted", False)),
+    )

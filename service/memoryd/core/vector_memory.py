@@ -1,0 +1,214 @@
+"""What every vector-backed tier shares: embedding, hybrid search, payload filters.
+
+Store and embedding calls are blocking, so each runs in a worker thread: the event loop
+never waits on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
+
+from memoryd.core import bm25
+from memoryd.core.errors import StoreUnavailable
+from memoryd.core.models import Kind, MemoryRecord, Scope, Tier
+from memoryd.core.payload import from_payload
+from memoryd.core.tier import TierHits
+from memoryd.settings import RetrievalSettings
+from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
+from memoryd.stores.vectors.port import (
+    Condition,
+    Filter,
+    HasId,
+    IsEmpty,
+    MatchAny,
+    MatchValue,
+    Range,
+    RrfParams,
+    SparseVector,
+    StoredPoint,
+    VectorPoint,
+    VectorStore,
+    VectorStoreError,
+)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class NewPoint:
+    """A memory to insert: its record, its payload, and the text to embed."""
+
+    record: MemoryRecord
+    payload: dict[str, Any]
+    embed_text: str
+
+
+def _sparse(vector: bm25.SparseVector) -> SparseVector:
+    return SparseVector(indices=list(vector.indices), values=list(vector.values))
+
+
+class VectorMemory:
+    def __init__(
+        self,
+        store: VectorStore,
+        embedder: Embedder,
+        retrieval: RetrievalSettings,
+        clock: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self._embedder = embedder
+        self._retrieval = retrieval
+        self._clock = clock
+        self._encoder = bm25.BM25Encoder()
+
+    async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a blocking store call in a thread; a store failure becomes UNAVAILABLE."""
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except VectorStoreError as exc:
+            raise StoreUnavailable("vector store", str(exc)) from exc
+
+    async def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], float]:
+        started = time.perf_counter()
+        try:
+            vectors = await asyncio.to_thread(self._embedder.embed, list(texts))
+        except EmbedderUnavailable as exc:
+            raise StoreUnavailable("embedder", str(exc)) from exc
+        return vectors, (time.perf_counter() - started) * 1000
+
+    def scope_filter(
+        self,
+        scope: Scope,
+        tier: Tier,
+        *,
+        live_only: bool = True,
+        metadata: Mapping[str, str] | None = None,
+        kinds: Sequence[Kind] = (),
+        extra: Sequence[Condition] = (),
+    ) -> Filter:
+        """Tenant + user + tier, and unless asked otherwise: not deleted, not expired."""
+        must: list[Condition] = [
+            MatchValue("tenant", scope.tenant),
+            MatchValue("user_id", scope.user_id),
+            MatchValue("tier", tier.value),
+        ]
+        must += [MatchValue(f"metadata.{k}", v) for k, v in (metadata or {}).items()]
+        if kinds:
+            must.append(MatchAny("kind", [k.value for k in kinds]))
+        must += list(extra)
+        must_not: list[Condition] = []
+        if live_only:
+            must_not.append(MatchValue("deleted", True))
+            must.append(
+                Filter(should=[IsEmpty("expires_at"), Range("expires_at", gt=self._clock())])
+            )
+        return Filter(must=must, must_not=must_not)
+
+    async def insert(self, points: Sequence[NewPoint]) -> float:
+        """Embed and upsert; returns the embedding time in ms."""
+        if not points:
+            return 0.0
+        vectors, embedding_ms = await self.embed([p.embed_text for p in points])
+        upserts = [
+            VectorPoint(
+                id=p.record.id,
+                dense=vector,
+                sparse=_sparse(self._encoder.encode_document(p.embed_text)),
+                payload=p.payload,
+            )
+            for p, vector in zip(points, vectors, strict=True)
+        ]
+        await self.call(self.store.upsert, upserts)
+        return embedding_ms
+
+    async def first(self, flt: Filter) -> StoredPoint | None:
+        points, _ = await self.call(self.store.scroll, flt, limit=1)
+        return points[0] if points else None
+
+    async def records(
+        self, flt: Filter, limit: int, *, newest_first: bool = True
+    ) -> list[MemoryRecord]:
+        points, _ = await self.call(
+            self.store.scroll, flt, limit=limit, order_by="created_at", descending=newest_first
+        )
+        return [from_payload(p.id, p.payload) for p in points]
+
+    async def by_ids(self, flt: Filter, ids: Sequence[str]) -> list[MemoryRecord]:
+        valid = [i for i in ids if _is_uuid(i)]
+        if not valid:
+            return []
+        points, _ = await self.call(self.store.scroll, flt.and_(HasId(valid)), limit=len(valid))
+        return [from_payload(p.id, p.payload) for p in points]
+
+    async def search(
+        self, flt: Filter, query: str, top_k: int, min_score: float | None
+    ) -> TierHits:
+        """Candidates by hybrid search, then ordered by a calibrated 0..1 score.
+
+        The score is the query-memory cosine similarity (clipped at 0), lifted towards 1 by
+        the share of the query's keywords the memory contains: a memory that shares words
+        with the query can only score higher than its meaning alone says.
+        """
+        threshold = self._retrieval.min_score if min_score is None else min_score
+        if await self.call(self.store.count, flt) == 0:
+            return TierHits(items=[], total=0)  # the empty case answers without embedding
+        mode = self._retrieval.mode
+        query_terms = set(bm25.tokenize(query))
+        sparse = _sparse(self._encoder.encode_query(query)) if query_terms else None
+        dense: list[float] | None = None
+        embedding_ms = 0.0
+        if mode != "keyword" or sparse is None:
+            [dense], embedding_ms = await self.embed([query])
+        if mode == "dense":
+            sparse = None
+        if mode == "keyword" and sparse is not None:
+            dense = None
+        fusion = RrfParams(
+            k=self._retrieval.rrf_k,
+            dense_weight=self._retrieval.dense_weight,
+            sparse_weight=self._retrieval.sparse_weight,
+        )
+        hits = await self.call(
+            self.store.search,
+            flt,
+            dense=dense,
+            sparse=sparse,
+            limit=max(4 * top_k, 20),
+            fusion=fusion,
+            with_vectors=dense is not None,
+        )
+        scored: list[MemoryRecord] = []
+        for hit in hits:
+            record = from_payload(hit.id, hit.payload)
+            cosine = _cosine(dense, hit.dense_vector)
+            coverage = _coverage(query_terms, record.content) if query_terms else 0.0
+            record.score = cosine + (1.0 - cosine) * 0.5 * coverage
+            if record.score >= threshold:
+                scored.append(record)
+        scored.sort(key=lambda r: r.score, reverse=True)
+        return TierHits(items=scored[:top_k], total=len(scored), embedding_ms=embedding_ms)
+
+
+def _cosine(query: Sequence[float] | None, vector: Sequence[float] | None) -> float:
+    if query is None or vector is None:
+        return 0.0
+    # Both sides are unit length (the embedder normalises, the store keeps cosine vectors).
+    return max(0.0, min(1.0, sum(a * b for a, b in zip(query, vector, strict=True))))
+
+
+def _coverage(query_terms: set[str], content: str) -> float:
+    return len(query_terms & set(bm25.tokenize(content))) / len(query_terms)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,118 @@
+"""Embedded write-behind queue: an append-only JSONL journal under the data directory.
+
+Each entry is written and flushed to the OS before `put` returns, so it survives the
+process being killed (not a power cut: there is no fsync per entry, which would cost
+milliseconds on every short-term Add). Acks are recorded as the highest contiguous
+sequence number; the journal is truncated whenever everything in it is acked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from memoryd.stores.queue.port import QueueEntry
+
+_COMPACT_AT_BYTES = 1 << 20
+
+
+class FileQueue:
+    def __init__(self, directory: Path, name: str = "messages") -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._journal_path = directory / f"{name}.jsonl"
+        self._acked_path = directory / f"{name}.acked"
+        self._acked = self._read_acked()
+        self._pending: dict[int, dict[str, Any]] = {}
+        self._taken: set[int] = set()
+        self._done: set[int] = set()
+        self._next = self._acked + 1
+        for seq, body in self._read_journal():
+            if seq > self._acked:
+                self._pending[seq] = body
+            self._next = max(self._next, seq + 1)
+        self._journal = self._journal_path.open("a", encoding="utf-8")
+        self._arrived = asyncio.Event()
+        if self._pending:
+            self._arrived.set()
+
+    def _read_acked(self) -> int:
+        try:
+            return int(self._acked_path.read_text().strip() or 0)
+        except FileNotFoundError:
+            return 0
+
+    def _read_journal(self) -> list[tuple[int, dict[str, Any]]]:
+        entries = []
+        good = 0
+        try:
+            with self._journal_path.open("rb") as journal:
+                for line in journal:
+                    if not line.endswith(b"\n"):
+                        break
+                    try:
+                        doc = json.loads(line)
+                        entries.append((int(doc["seq"]), doc["body"]))
+                    except (ValueError, KeyError):
+                        break  # a torn last line from a crash mid-write: never acknowledged
+                    good += len(line)
+        except FileNotFoundError:
+            return entries
+        # Cut the torn tail, so that new entries start on a line of their own.
+        with self._journal_path.open("r+b") as journal:
+            journal.truncate(good)
+        return entries
+
+    async def put(self, body: dict[str, Any]) -> str:
+        seq = self._next
+        self._next += 1
+        self._journal.write(json.dumps({"seq": seq, "body": body}, separators=(",", ":")) + "\n")
+        self._journal.flush()
+        self._pending[seq] = body
+        self._arrived.set()
+        return str(seq)
+
+    async def take(self, max_items: int, wait_s: float) -> list[QueueEntry]:
+        if not self._available():
+            self._arrived.clear()
+            try:
+                async with asyncio.timeout(wait_s):
+                    await self._arrived.wait()
+            except TimeoutError:
+                return []
+        seqs = [s for s in sorted(self._pending) if s not in self._taken][:max_items]
+        self._taken.update(seqs)
+        return [QueueEntry(str(s), self._pending[s]) for s in seqs]
+
+    def _available(self) -> bool:
+        return len(self._pending) > len(self._taken)
+
+    async def ack(self, ids: list[str]) -> None:
+        for entry_id in ids:
+            seq = int(entry_id)
+            self._pending.pop(seq, None)
+            self._taken.discard(seq)
+            self._done.add(seq)
+        advanced = False
+        while self._acked + 1 in self._done:
+            self._acked += 1
+            self._done.discard(self._acked)
+            advanced = True
+        if advanced:
+            self._write_acked()
+        if not self._pending and self._journal.tell() > _COMPACT_AT_BYTES:
+            self._journal.truncate(0)
+            self._journal.seek(0)
+
+    def _write_acked(self) -> None:
+        tmp = self._acked_path.with_suffix(".tmp")
+        tmp.write_text(str(self._acked))
+        os.replace(tmp, self._acked_path)
+
+    async def pending(self) -> int:
+        return len(self._pending)
+
+    async def close(self) -> None:
+        self._journal.close()

@@ -1,0 +1,41 @@
+"""The write-behind queue port: work acknowledged to a caller now, done by a worker later.
+
+An entry stays pending until the worker acks it, so a crash or restart between `put` and
+`ack` replays it; consumers must therefore be idempotent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    id: str
+    body: dict[str, Any]
+
+
+class QueueDown(Exception):
+    """The queue's store cannot be reached."""
+
+
+class WriteBehindQueue(Protocol):
+    async def put(self, body: dict[str, Any]) -> str:
+        """Durably enqueue (survives a process restart once this returns); returns the id."""
+        ...
+
+    async def take(self, max_items: int, wait_s: float) -> list[QueueEntry]:
+        """Up to max_items pending entries, waiting up to wait_s for the first one.
+
+        Entries taken but never acked (e.g. before a restart) are handed out again first.
+        """
+        ...
+
+    async def ack(self, ids: list[str]) -> None: ...
+
+    async def pending(self) -> int:
+        """Entries put and not yet acked."""
+        ...
+
+    async def close(self) -> None: ...

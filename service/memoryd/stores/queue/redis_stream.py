@@ -1,0 +1,116 @@
+"""Write-behind queue on a Redis stream with a consumer group.
+
+Each replica reads as its own consumer (a stable name, so after a restart it first gets
+back what it had taken and not acked); entries a dead replica left pending for long are
+claimed by the others.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from memoryd.stores.queue.port import QueueDown, QueueEntry
+
+T = TypeVar("T")
+_GROUP = "memoryd"
+
+
+class RedisStreamQueue:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        consumer: str,
+        stream: str = "memoryd:wb:messages",
+        claim_idle_ms: int = 60_000,
+    ) -> None:
+        self._redis = client
+        self._stream = stream
+        self._consumer = consumer
+        self._claim_idle_ms = claim_idle_ms
+        self._group_ready = False
+        self._backlog_done = False
+
+    async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await op()
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise QueueDown(f"redis stream {self._stream}: {exc}") from exc
+
+    async def _ensure_group(self) -> None:
+        if self._group_ready:
+            return
+        try:
+            await self._call(
+                lambda: self._redis.xgroup_create(self._stream, _GROUP, id="0", mkstream=True)
+            )
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+    async def put(self, body: dict[str, Any]) -> str:
+        doc = json.dumps(body, separators=(",", ":"))
+        entry_id = await self._call(lambda: self._redis.xadd(self._stream, {"body": doc}))
+        return _text(entry_id)
+
+    async def take(self, max_items: int, wait_s: float) -> list[QueueEntry]:
+        await self._ensure_group()
+        if not self._backlog_done:
+            # Our own entries taken before a restart and never acked come first.
+            own = await self._read("0", max_items, None)
+            if own:
+                return own
+            self._backlog_done = True
+        claimed = await self._call(
+            lambda: self._redis.xautoclaim(
+                self._stream, _GROUP, self._consumer, self._claim_idle_ms, "0-0", count=max_items
+            )
+        )
+        entries = [_entry(i, f) for i, f in claimed[1] if f]
+        if entries:
+            return entries
+        return await self._read(">", max_items, max(1, int(wait_s * 1000)))
+
+    async def _read(self, start: str, count: int, block_ms: int | None) -> list[QueueEntry]:
+        reply: list[Any] = await self._call(
+            lambda: self._redis.xreadgroup(  # type: ignore[arg-type,return-value]
+                _GROUP, self._consumer, {self._stream: start}, count=count, block=block_ms
+            )
+        )
+        entries: list[QueueEntry] = []
+        for _, items in reply or []:
+            entries += [_entry(i, f) for i, f in items if f]
+        return entries
+
+    async def ack(self, ids: list[str]) -> None:
+        if ids:
+            await self._call(lambda: self._redis.xack(self._stream, _GROUP, *ids))
+            await self._call(lambda: self._redis.xdel(self._stream, *ids))
+
+    async def pending(self) -> int:
+        await self._ensure_group()
+        info = await self._call(lambda: self._redis.xpending(self._stream, _GROUP))
+        undelivered = 0
+        groups = await self._call(lambda: self._redis.xinfo_groups(self._stream))
+        for group in groups:
+            if _text(group.get("name", b"")) == _GROUP:
+                undelivered = int(group.get("lag") or 0)
+        return int(info["pending"]) + undelivered
+
+    async def close(self) -> None:
+        return None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _entry(entry_id: bytes | str, fields: dict[bytes, bytes]) -> QueueEntry:
+    return QueueEntry(_text(entry_id), json.loads(fields[b"body"]))

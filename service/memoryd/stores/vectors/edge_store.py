@@ -1,0 +1,490 @@
+"""`VectorStore` on qdrant-edge: the Qdrant engine in-process (the embedded default).
+
+Layout under ``path``: ``<collection>/`` is the edge shard (segments + WAL) and
+``<collection>.meta.json`` holds the store metadata.
+
+* Durability: the WAL is on, so an acknowledged `upsert` survives a process kill
+  (``kill -9``); `flush` additionally persists segments (and bounds WAL replay).
+* No HNSW is ever built: `EdgeShard.optimize()` holds the GIL for minutes at scale, and a
+  filtered brute-force scan over the tenant/user keyword index is fast enough. Payload
+  indexes need no build step; they are maintained on write.
+* Thread safety: the shard is internally synchronised and releases the GIL while
+  searching, so reads run unlocked; writes go through one lock so that `delete_where`'s
+  count and delete see the same data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import numpy
+import qdrant_edge as qe
+
+from memoryd.stores.vectors._common import (
+    LifecycleGate,
+    OrderCursor,
+    check_dense,
+    check_limit,
+    check_orderable,
+    check_points,
+    match_any_values,
+    nonempty_sparse,
+    parse_id_offset,
+    unique_ids,
+)
+from memoryd.stores.vectors.port import (
+    DENSE_VECTOR,
+    PAYLOAD_INDEXES,
+    SPARSE_VECTOR,
+    Condition,
+    Filter,
+    FilterScalar,
+    HasId,
+    IncompatibleStoreError,
+    IndexKind,
+    IsEmpty,
+    IsNull,
+    MatchAny,
+    MatchValue,
+    Range,
+    RrfParams,
+    ScoredPoint,
+    SparseVector,
+    StoredPoint,
+    VectorPoint,
+    VectorStoreError,
+    canonical_id,
+)
+
+_SHARD_MARKERS = ("edge_config.json", "segments", "wal")
+
+
+class EdgeVectorStore:
+    """A qdrant-edge shard holding one collection. See the module docstring."""
+
+    def __init__(self, path: Path | str, dim: int, collection: str = "memories") -> None:
+        if dim < 1:
+            raise ValueError("dim must be >= 1")
+        if not collection or os.sep in collection or collection.startswith("."):
+            raise ValueError(f"invalid collection name {collection!r}")
+        self._dim = dim
+        self._collection = collection
+        self._root = Path(path)
+        self._shard_dir = self._root / collection
+        self._meta_path = self._root / f"{collection}.meta.json"
+        self._gate = LifecycleGate(f"edge vector store {self._shard_dir}")
+        self._write_lock = threading.Lock()
+        self._root.mkdir(parents=True, exist_ok=True)
+        self._shard = self._open_shard()
+        try:
+            self._ensure_indexes()
+        except BaseException:
+            self._shard.close()
+            raise
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _config(self) -> qe.EdgeConfig:
+        return qe.EdgeConfig(
+            vectors={
+                DENSE_VECTOR: qe.EdgeVectorParams(size=self._dim, distance=qe.Distance.Cosine)
+            },
+            sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            wal_enabled=True,
+            # Deferred points would vanish from reads until optimize(), which we never run.
+            optimizers=qe.EdgeOptimizersConfig(prevent_unoptimized=False),
+        )
+
+    def _open_shard(self) -> qe.EdgeShard:
+        exists = any((self._shard_dir / marker).exists() for marker in _SHARD_MARKERS)
+        try:
+            if exists:
+                return qe.EdgeShard.load(str(self._shard_dir), self._config())
+            return qe.EdgeShard.create(str(self._shard_dir), self._config())
+        except Exception as exc:
+            message = str(exc)
+            if "ncompatible" in message:
+                raise IncompatibleStoreError(
+                    f"vector shard {self._shard_dir} does not match dim={self._dim}: {message}"
+                ) from exc
+            if "WouldBlock" in message:
+                raise VectorStoreError(
+                    f"vector shard {self._shard_dir} is already open (another process?)"
+                ) from exc
+            raise VectorStoreError(
+                f"cannot open vector shard {self._shard_dir}: {message}"
+            ) from exc
+
+    def _ensure_indexes(self) -> None:
+        existing = set(self._shard.info().payload_schema)
+        for name, kind in PAYLOAD_INDEXES:
+            if name not in existing:
+                self._shard.update(qe.UpdateOperation.create_field_index(name, _edge_schema(kind)))
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def collection(self) -> str:
+        return self._collection
+
+    @contextmanager
+    def _op(self, what: str) -> Iterator[None]:
+        with self._gate.op():
+            try:
+                yield
+            except (ValueError, VectorStoreError):
+                raise
+            except Exception as exc:  # the engine raises bare Exception with a message
+                raise VectorStoreError(f"edge vector store {what} failed: {exc}") from exc
+
+    def flush(self) -> None:
+        with self._op("flush"), self._write_lock:
+            self._shard.flush()
+
+    def close(self) -> None:
+        if not self._gate.close():
+            return
+        with self._write_lock:
+            try:
+                self._shard.flush()
+            finally:
+                self._shard.close()
+
+    def healthy(self) -> bool:
+        return not self._gate.closed and self._shard_dir.is_dir()
+
+    # ------------------------------------------------------------------ writes
+
+    def upsert(self, points: Sequence[VectorPoint]) -> None:
+        checked = check_points(points, self._dim)
+        if not checked:
+            return
+        edge_points = [_edge_point(p) for p in checked]
+        with self._op("upsert"), self._write_lock:
+            self._shard.update(qe.UpdateOperation.upsert_points(edge_points))
+
+    def delete(self, ids: Sequence[str]) -> None:
+        wanted: list[qe.PointId] = list(unique_ids(ids))
+        if not wanted:
+            return
+        with self._op("delete"), self._write_lock:
+            self._shard.update(qe.UpdateOperation.delete_points(wanted))
+
+    def delete_where(self, filter: Filter) -> int:
+        if filter.is_empty:
+            raise ValueError("delete_where needs a non-empty filter")
+        edge_filter = _edge_group(filter)
+        with self._op("delete_where"), self._write_lock:
+            matched = self._shard.count(qe.CountRequest(exact=True, filter=edge_filter))
+            if matched:
+                self._shard.update(qe.UpdateOperation.delete_points_by_filter(edge_filter))
+            return matched
+
+    def set_payload(self, ids: Sequence[str], patch: Mapping[str, Any]) -> None:
+        wanted = unique_ids(ids)
+        if not wanted or not patch:
+            return
+        # By filter, because set_payload by id fails on the first unknown id.
+        by_ids = qe.Filter(must=[qe.HasIdCondition(set(wanted))])
+        with self._op("set_payload"), self._write_lock:
+            self._shard.update(qe.UpdateOperation.set_payload_by_filter(by_ids, dict(patch)))
+
+    # ------------------------------------------------------------------ reads
+
+    def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[StoredPoint]:
+        wanted = unique_ids(ids)
+        if not wanted:
+            return []
+        request_ids: list[qe.PointId] = list(wanted)
+        with self._op("retrieve"):
+            records = self._shard.retrieve(request_ids, True, _with_vectors(with_vectors))
+        found = {p.id: p for p in (_stored_point(r, with_vectors) for r in records)}
+        return [found[i] for i in wanted if i in found]
+
+    def count(self, filter: Filter | None = None) -> int:
+        with self._op("count"):
+            return self._shard.count(qe.CountRequest(exact=True, filter=_edge_filter(filter)))
+
+    def scroll(
+        self,
+        filter: Filter | None = None,
+        *,
+        limit: int = 100,
+        offset: str | None = None,
+        order_by: str | None = None,
+        descending: bool = False,
+        with_vectors: bool = False,
+    ) -> tuple[list[StoredPoint], str | None]:
+        check_limit(limit)
+        if order_by is None:
+            start = parse_id_offset(offset)
+            request = qe.ScrollRequest(
+                offset=start,
+                limit=limit,
+                filter=_edge_filter(filter),
+                with_payload=True,
+                with_vector=_with_vectors(with_vectors),
+            )
+            with self._op("scroll"):
+                records, next_id = self._shard.scroll(request)
+            points = [_stored_point(r, with_vectors) for r in records]
+            return points, (None if next_id is None else canonical_id(str(next_id)))
+
+        check_orderable(order_by)
+        cursor = None if offset is None else OrderCursor.decode(offset, order_by, descending)
+        effective = filter or Filter()
+        if cursor is not None and cursor.tie_ids:
+            effective = Filter(
+                must=effective.must,
+                should=effective.should,
+                must_not=[*effective.must_not, HasId(cursor.tie_ids)],
+            )
+        request = qe.ScrollRequest(
+            limit=limit + 1,  # one extra tells whether another page exists
+            filter=_edge_filter(effective),
+            with_payload=True,
+            with_vector=_with_vectors(with_vectors),
+            order_by=qe.OrderBy(
+                order_by,
+                direction=qe.Direction.Desc if descending else qe.Direction.Asc,
+                start_from=None if cursor is None else cursor.value,
+            ),
+        )
+        with self._op("scroll"):
+            records, _ = self._shard.scroll(request)
+        page = records[:limit]
+        points = [_stored_point(r, with_vectors) for r in page]
+        if len(records) <= limit:
+            return points, None
+        keyed = [(p.id, float(_order_value(r))) for p, r in zip(points, page, strict=True)]
+        return points, OrderCursor.after_page(cursor, order_by, descending, keyed).encode()
+
+    def search(
+        self,
+        filter: Filter | None = None,
+        *,
+        dense: Sequence[float] | None = None,
+        sparse: SparseVector | None = None,
+        limit: int = 10,
+        fusion: RrfParams | None = None,
+        with_vectors: bool = False,
+    ) -> list[ScoredPoint]:
+        check_limit(limit)
+        dense_query = None if dense is None else check_dense(dense, self._dim)
+        if dense_query is None and sparse is None:
+            raise ValueError("search needs a dense or a sparse query vector")
+        sparse = nonempty_sparse(sparse)
+        if dense_query is None and sparse is None:
+            return []  # only an empty sparse query: no point can share a term with it
+        with_vector: list[str] | bool = [DENSE_VECTOR] if with_vectors else False
+        edge_filter = _edge_filter(filter)
+
+        if dense_query is not None and sparse is not None:
+            rrf = fusion or RrfParams()
+            per_source = rrf.prefetch_limit_for(limit)
+            # The engine propagates the top-level filter into each prefetch.
+            request = qe.QueryRequest(
+                limit=limit,
+                prefetches=[
+                    qe.Prefetch(limit=per_source, query=_dense_query(dense_query)),
+                    qe.Prefetch(limit=per_source, query=_sparse_query(sparse)),
+                ],
+                # The stub's ScoringQueryType names `Fusion`, not its member class `Fusion.Rrf`.
+                query=cast(
+                    qe.Fusion,
+                    qe.Fusion.Rrf(
+                        k=rrf.k,
+                        weights=None
+                        if rrf.is_unweighted
+                        else [rrf.dense_weight, rrf.sparse_weight],
+                    ),
+                ),
+                filter=edge_filter,
+                with_payload=True,
+                with_vector=with_vector,
+            )
+        else:
+            single = _dense_query(dense_query) if dense_query is not None else None
+            if single is None:
+                assert sparse is not None  # narrowed above; the engine needs one query
+                single = _sparse_query(sparse)
+            request = qe.QueryRequest(
+                limit=limit,
+                query=single,
+                filter=edge_filter,
+                with_payload=True,
+                with_vector=with_vector,
+            )
+        with self._op("search"):
+            hits = self._shard.query(request)
+        return [_scored_point(h, with_vectors) for h in hits]
+
+    # ------------------------------------------------------------------ metadata
+
+    def read_meta(self) -> dict[str, Any] | None:
+        with self._op("read_meta"):
+            try:
+                text = self._meta_path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                return None
+            meta = json.loads(text)
+            if not isinstance(meta, dict):
+                raise VectorStoreError(f"{self._meta_path} does not hold a JSON object")
+            return meta
+
+    def write_meta(self, meta: Mapping[str, Any]) -> None:
+        data = json.dumps(dict(meta), sort_keys=True, indent=2)
+        with self._op("write_meta"), self._write_lock:
+            _atomic_write(self._meta_path, data)
+
+
+# ---------------------------------------------------------------------- conversions
+
+
+def _edge_schema(kind: IndexKind) -> qe.PayloadSchemaType | qe.KeywordIndexParams:
+    if kind is IndexKind.TENANT_KEYWORD:
+        return qe.KeywordIndexParams(is_tenant=True)
+    if kind is IndexKind.KEYWORD:
+        return qe.PayloadSchemaType.Keyword
+    if kind is IndexKind.FLOAT:
+        return qe.PayloadSchemaType.Float
+    return qe.PayloadSchemaType.Bool
+
+
+def _edge_point(point: VectorPoint) -> qe.Point:
+    vectors: dict[str, qe.NamedVector] = {DENSE_VECTOR: list(point.dense)}
+    if point.sparse is not None:
+        vectors[SPARSE_VECTOR] = qe.SparseVector(
+            list(point.sparse.indices), list(point.sparse.values)
+        )
+    return qe.Point(point.id, vectors, dict(point.payload))
+
+
+def _dense_query(vector: list[float]) -> qe.Query:
+    return qe.Query.Nearest(vector, using=DENSE_VECTOR)
+
+
+def _sparse_query(sparse: SparseVector) -> qe.Query:
+    return qe.Query.Nearest(
+        qe.SparseVector(list(sparse.indices), list(sparse.values)), using=SPARSE_VECTOR
+    )
+
+
+def _with_vectors(with_vectors: bool) -> list[str] | bool:
+    return [DENSE_VECTOR, SPARSE_VECTOR] if with_vectors else False
+
+
+def _order_value(record: qe.Record) -> float:
+    value = record.order_value
+    if value is None:  # the engine sets it on every ordered scroll result
+        raise VectorStoreError("ordered scroll returned a point without an order value")
+    return float(value)
+
+
+def _split_vectors(vector: Any) -> tuple[list[float] | None, SparseVector | None]:
+    if not isinstance(vector, dict):
+        return None, None
+    dense_raw = vector.get(DENSE_VECTOR)
+    sparse_raw = vector.get(SPARSE_VECTOR)
+    dense = [float(x) for x in dense_raw] if isinstance(dense_raw, list) else None
+    sparse = None
+    if isinstance(sparse_raw, qe.SparseVector):
+        sparse = SparseVector(
+            [int(i) for i in sparse_raw.indices], [float(v) for v in sparse_raw.values]
+        )
+    return dense, sparse
+
+
+def _stored_point(record: qe.Record, with_vectors: bool) -> StoredPoint:
+    dense, sparse = _split_vectors(record.vector) if with_vectors else (None, None)
+    return StoredPoint(
+        id=canonical_id(str(record.id)),
+        payload=dict(record.payload or {}),
+        dense=dense,
+        sparse=sparse,
+    )
+
+
+def _scored_point(hit: qe.ScoredPoint, with_vectors: bool) -> ScoredPoint:
+    dense = _split_vectors(hit.vector)[0] if with_vectors else None
+    return ScoredPoint(
+        id=canonical_id(str(hit.id)),
+        score=float(hit.score),
+        payload=dict(hit.payload or {}),
+        dense_vector=dense,
+    )
+
+
+def _edge_filter(filter: Filter | None) -> qe.Filter | None:
+    if filter is None or filter.is_empty:
+        return None
+    return _edge_group(filter)
+
+
+def _edge_group(filter: Filter) -> qe.Filter:
+    return qe.Filter(
+        must=[_edge_condition(c) for c in filter.must] or None,
+        should=[_edge_condition(c) for c in filter.should] or None,
+        must_not=[_edge_condition(c) for c in filter.must_not] or None,
+    )
+
+
+def _edge_match_value(value: FilterScalar) -> qe.MatchValue:
+    if isinstance(value, bool):
+        # qdrant-edge-py 0.9 tries int before bool when converting, so MatchValue(True)
+        # becomes the integer 1 and never matches a boolean. numpy.bool_ is not an int
+        # (numpy >= 2 has no __index__ on it) but does convert to a Rust bool.
+        return qe.MatchValue(cast(bool, numpy.bool_(value)))
+    return qe.MatchValue(value)
+
+
+def _edge_condition(condition: Condition) -> qe.ConditionType:
+    if isinstance(condition, MatchValue):
+        return qe.FieldCondition(condition.field, match=_edge_match_value(condition.value))
+    if isinstance(condition, MatchAny):
+        return qe.FieldCondition(
+            condition.field, match=qe.MatchAny(match_any_values(condition.values))
+        )
+    if isinstance(condition, Range):
+        return qe.FieldCondition(
+            condition.field,
+            range=qe.RangeFloat(
+                gte=condition.gte, gt=condition.gt, lte=condition.lte, lt=condition.lt
+            ),
+        )
+    if isinstance(condition, IsEmpty):
+        return qe.IsEmptyCondition(condition.field)
+    if isinstance(condition, IsNull):
+        return qe.IsNullCondition(condition.field)
+    if isinstance(condition, HasId):
+        ids: set[qe.PointId] = {canonical_id(i) for i in condition.ids}
+        return qe.HasIdCondition(ids)
+    return _edge_group(condition)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a crash leaves either the old or the new file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,380 @@
+"""The vector store port: what the core needs from a vector engine, in store-neutral terms.
+
+The core knows nothing of Qdrant. It speaks in `VectorPoint`s, a small `Filter` language
+and `RrfParams`; each adapter translates these into its own engine's model. Every method
+is synchronous and blocking: the core calls adapters from worker threads
+(`asyncio.to_thread`), so adapters must be safe to call from several threads at once.
+
+Conventions shared by every adapter (the contract tests pin them down):
+
+* One collection with a named dense vector ``dense`` (cosine) and a named sparse vector
+  ``bm25`` whose query-time IDF is applied by the engine (Qdrant ``Modifier.IDF``).
+* Point ids are UUID strings; adapters return them in canonical lowercase form.
+* Timestamps in payloads are float epoch seconds; ``PAYLOAD_INDEXES`` lists the indexed
+  fields. Only float-indexed fields can be used as a scroll ``order_by`` key.
+* Scores are the engine's raw scores: cosine similarity for dense-only search, the
+  IDF-weighted dot product for sparse-only search, and the reciprocal-rank-fusion score
+  (see `rrf_contribution`) for hybrid search. Normalising to 0..1 is the core's job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias
+
+DENSE_VECTOR = "dense"
+SPARSE_VECTOR = "bm25"
+
+
+class IndexKind(enum.Enum):
+    """How a payload field is indexed."""
+
+    TENANT_KEYWORD = "tenant_keyword"  # keyword index with is_tenant=True
+    KEYWORD = "keyword"
+    FLOAT = "float"
+    BOOL = "bool"
+
+
+# Immutable on purpose: adapters create exactly these indexes when they open a collection.
+PAYLOAD_INDEXES: tuple[tuple[str, IndexKind], ...] = (
+    ("tenant", IndexKind.TENANT_KEYWORD),
+    ("user_id", IndexKind.TENANT_KEYWORD),
+    ("tier", IndexKind.KEYWORD),
+    ("kind", IndexKind.KEYWORD),
+    ("content_hash", IndexKind.KEYWORD),
+    ("session_id", IndexKind.KEYWORD),
+    ("agent_id", IndexKind.KEYWORD),
+    ("task_id", IndexKind.KEYWORD),
+    ("key", IndexKind.KEYWORD),
+    ("created_at", IndexKind.FLOAT),
+    ("updated_at", IndexKind.FLOAT),
+    ("expires_at", IndexKind.FLOAT),
+    ("deleted", IndexKind.BOOL),
+)
+
+# Qdrant can only order a scroll by a field with a range-capable index.
+ORDERABLE_FIELDS: frozenset[str] = frozenset(
+    name for name, kind in PAYLOAD_INDEXES if kind is IndexKind.FLOAT
+)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class VectorStoreError(Exception):
+    """The vector engine failed an operation."""
+
+
+class VectorStoreUnavailable(VectorStoreError):
+    """The vector engine cannot be reached (server down, network error)."""
+
+
+class StoreClosedError(VectorStoreUnavailable):
+    """The store was closed; no further operations are possible."""
+
+
+class IncompatibleStoreError(VectorStoreError):
+    """The existing collection was built with a different configuration (e.g. dimension)."""
+
+
+# --------------------------------------------------------------------------- points
+
+
+@dataclass(frozen=True, slots=True)
+class SparseVector:
+    """A sparse vector: parallel lists of term indices and their weights."""
+
+    indices: Sequence[int]
+    values: Sequence[float]
+
+    def __post_init__(self) -> None:
+        if len(self.indices) != len(self.values):
+            raise ValueError("sparse vector indices and values differ in length")
+        if len(set(self.indices)) != len(self.indices):
+            raise ValueError("sparse vector indices must be unique")
+        if any(i < 0 for i in self.indices):
+            raise ValueError("sparse vector indices must be non-negative")
+
+    @property
+    def is_empty(self) -> bool:
+        return len(self.indices) == 0
+
+
+@dataclass(frozen=True, slots=True)
+class VectorPoint:
+    """A point to upsert."""
+
+    id: str
+    dense: Sequence[float]
+    sparse: SparseVector | None = None
+    payload: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPoint:
+    """A point read back from the store. Vectors are present only when asked for.
+
+    Cosine collections store dense vectors normalised to unit length, so ``dense`` is the
+    normalised form of what was upserted.
+    """
+
+    id: str
+    payload: dict[str, Any]
+    dense: list[float] | None = None
+    sparse: SparseVector | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredPoint:
+    """A search hit."""
+
+    id: str
+    score: float
+    payload: dict[str, Any]
+    dense_vector: list[float] | None = None
+
+
+# --------------------------------------------------------------------------- fusion
+
+
+def rrf_contribution(rank: int, weight: float, k: int) -> float:
+    """Score one source adds for a point at 0-based ``rank``, as Qdrant computes it.
+
+    Qdrant's weighted RRF is ``1 / ((rank + 1) / weight + k - 1)``; with weight 1 it is
+    the classic ``1 / (k + rank)`` (0-based rank). Both adapters get exactly this from
+    their engine; it is exposed so the core can normalise fused scores.
+    """
+    return 1.0 / ((rank + 1) / weight + k - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class RrfParams:
+    """Reciprocal rank fusion of the dense and sparse prefetches.
+
+    ``prefetch_limit`` is how many candidates each source contributes before fusion;
+    ``None`` means ``max(3 * limit, 30)``.
+    """
+
+    k: int = 60
+    dense_weight: float = 1.0
+    sparse_weight: float = 1.0
+    prefetch_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError("RRF k must be >= 1")
+        if self.dense_weight <= 0 or self.sparse_weight <= 0:
+            raise ValueError("RRF weights must be > 0 (drop the query vector to disable one)")
+        if self.prefetch_limit is not None and self.prefetch_limit < 1:
+            raise ValueError("prefetch_limit must be >= 1")
+
+    def prefetch_limit_for(self, limit: int) -> int:
+        if self.prefetch_limit is not None:
+            return self.prefetch_limit
+        return max(3 * limit, 30)
+
+    @property
+    def is_unweighted(self) -> bool:
+        return self.dense_weight == 1.0 and self.sparse_weight == 1.0
+
+    def max_score(self) -> float:
+        """Fused score of a point ranked first by both sources (the best possible)."""
+        return rrf_contribution(0, self.dense_weight, self.k) + rrf_contribution(
+            0, self.sparse_weight, self.k
+        )
+
+
+# --------------------------------------------------------------------------- filters
+
+FilterScalar: TypeAlias = str | int | bool
+
+
+@dataclass(frozen=True, slots=True)
+class MatchValue:
+    """Payload ``field`` equals ``value``. Dotted keys reach into objects: ``metadata.x``."""
+
+    field: str
+    value: FilterScalar
+
+
+@dataclass(frozen=True, slots=True)
+class MatchAny:
+    """Payload ``field`` equals one of ``values`` (strings or integers)."""
+
+    field: str
+    values: Sequence[str] | Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Numeric range on a payload field; unset bounds are open."""
+
+    field: str
+    gt: float | None = None
+    gte: float | None = None
+    lt: float | None = None
+    lte: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.gt is None and self.gte is None and self.lt is None and self.lte is None:
+            raise ValueError("Range needs at least one bound")
+
+
+@dataclass(frozen=True, slots=True)
+class IsEmpty:
+    """The field is missing, null or an empty array."""
+
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class IsNull:
+    """The field is present and explicitly null."""
+
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class HasId:
+    """The point id is one of ``ids``."""
+
+    ids: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """All of ``must``, at least one of ``should`` (if any), none of ``must_not``.
+
+    A `Filter` is itself a condition, so groups nest: ``Filter(should=[Filter(...), ...])``.
+    """
+
+    must: Sequence[Condition] = ()
+    should: Sequence[Condition] = ()
+    must_not: Sequence[Condition] = ()
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.must or self.should or self.must_not)
+
+    def and_(self, *conditions: Condition) -> Filter:
+        """A copy of this filter that also requires ``conditions``."""
+        return Filter(must=[*self.must, *conditions], should=self.should, must_not=self.must_not)
+
+
+Condition: TypeAlias = MatchValue | MatchAny | Range | IsEmpty | IsNull | HasId | Filter
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def canonical_id(point_id: str) -> str:
+    """The canonical UUID string for ``point_id``; raises ValueError if it is not a UUID."""
+    try:
+        return str(uuid.UUID(str(point_id)))
+    except ValueError:
+        raise ValueError(f"point id {point_id!r} is not a UUID") from None
+
+
+# --------------------------------------------------------------------------- the port
+
+
+class VectorStore(Protocol):
+    """A single collection of memories with dense + sparse vectors and a JSON payload."""
+
+    @property
+    def dim(self) -> int:
+        """Dimension of the dense vector."""
+        ...
+
+    @property
+    def collection(self) -> str: ...
+
+    def upsert(self, points: Sequence[VectorPoint]) -> None:
+        """Insert or replace points (whole point: vectors and payload). Durable on return."""
+        ...
+
+    def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[StoredPoint]:
+        """The points with these ids, in request order; unknown ids are skipped."""
+        ...
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete points by id; unknown ids are ignored."""
+        ...
+
+    def delete_where(self, filter: Filter) -> int:
+        """Delete every point matching ``filter``; returns how many were deleted.
+
+        Refuses an empty filter (ValueError) so a bug cannot wipe every tenant.
+        """
+        ...
+
+    def set_payload(self, ids: Sequence[str], patch: Mapping[str, Any]) -> None:
+        """Set top-level payload keys on existing points (a key's old value is replaced
+        whole, other keys are kept); unknown ids are ignored."""
+        ...
+
+    def count(self, filter: Filter | None = None) -> int:
+        """Exact number of points matching ``filter``."""
+        ...
+
+    def scroll(
+        self,
+        filter: Filter | None = None,
+        *,
+        limit: int = 100,
+        offset: str | None = None,
+        order_by: str | None = None,
+        descending: bool = False,
+        with_vectors: bool = False,
+    ) -> tuple[list[StoredPoint], str | None]:
+        """One page of matching points and an opaque token for the next page (None at end).
+
+        Without ``order_by`` the order is by id. With ``order_by`` (a field in
+        ``ORDERABLE_FIELDS``) points are ordered by that field, ascending unless
+        ``descending``; points lacking the field are not returned. Pass the returned
+        token back with the same filter and ordering.
+        """
+        ...
+
+    def search(
+        self,
+        filter: Filter | None = None,
+        *,
+        dense: Sequence[float] | None = None,
+        sparse: SparseVector | None = None,
+        limit: int = 10,
+        fusion: RrfParams | None = None,
+        with_vectors: bool = False,
+    ) -> list[ScoredPoint]:
+        """Best ``limit`` points matching ``filter``, best first.
+
+        Dense only: cosine. Sparse only: IDF-weighted dot product (points sharing no term
+        are not returned). Both: the two run as prefetches fused by RRF inside the engine
+        (``fusion``, default `RrfParams()`). An empty sparse vector counts as absent (alone
+        it matches nothing, so the answer is []); giving neither vector raises ValueError.
+        """
+        ...
+
+    def read_meta(self) -> dict[str, Any] | None:
+        """The metadata last written with `write_meta`, or None."""
+        ...
+
+    def write_meta(self, meta: Mapping[str, Any]) -> None:
+        """Replace the store metadata (JSON-compatible), e.g. embedder name and dimension."""
+        ...
+
+    def flush(self) -> None:
+        """Persist everything written so far."""
+        ...
+
+    def healthy(self) -> bool:
+        """Cheap liveness check; never raises."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release the store; idempotent. Later calls raise StoreClosedError."""
+        ...

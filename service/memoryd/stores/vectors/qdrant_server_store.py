@@ -1,0 +1,584 @@
+"""`VectorStore` on qdrant-client: a Qdrant server or cluster (the scale-out option).
+
+It also runs on qdrant-client's local mode (``location=":memory:"`` or ``path=...``),
+which is how the contract tests exercise it without a server.
+
+* Multitenancy: ``tenant`` and ``user_id`` are keyword indexes with ``is_tenant=True``;
+  the collection is created with HNSW ``m=0`` and ``payload_m=16`` so the server builds
+  per-tenant graphs instead of one global graph (every query filters by tenant + user).
+  The other payload indexes set ``enable_hnsw=False`` so they add no graph links.
+* Search uses the Query API (``query_points``); hybrid search sends the dense and sparse
+  queries as prefetches fused server-side by (weighted) RRF.
+* Store metadata lives in the collection's own metadata, under the key ``memoryd``.
+* Thread safety: a remote client is thread-safe, so reads run unlocked and writes share
+  one lock (so `delete_where`'s count and delete are atomic within this process). Local
+  mode is not thread-safe, so there every call takes that lock.
+* Errors: connection failures raise `VectorStoreUnavailable`; other engine failures
+  raise `VectorStoreError`. A server that is down at start-up does not fail the
+  constructor: collection setup is retried by every call until it succeeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+import grpc
+import httpx
+from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from memoryd.stores.vectors._common import (
+    LifecycleGate,
+    OrderCursor,
+    check_dense,
+    check_limit,
+    check_orderable,
+    check_points,
+    match_any_values,
+    nonempty_sparse,
+    parse_id_offset,
+    unique_ids,
+)
+from memoryd.stores.vectors.port import (
+    DENSE_VECTOR,
+    PAYLOAD_INDEXES,
+    SPARSE_VECTOR,
+    Condition,
+    Filter,
+    HasId,
+    IncompatibleStoreError,
+    IndexKind,
+    IsEmpty,
+    IsNull,
+    MatchAny,
+    MatchValue,
+    Range,
+    RrfParams,
+    ScoredPoint,
+    SparseVector,
+    StoredPoint,
+    VectorPoint,
+    VectorStoreError,
+    VectorStoreUnavailable,
+    canonical_id,
+)
+
+_log = logging.getLogger(__name__)
+
+META_KEY = "memoryd"
+_UNAVAILABLE_GRPC = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+_UNAVAILABLE_HTTP = (502, 503, 504)
+
+
+class QdrantServerVectorStore:
+    """One collection in Qdrant reached through qdrant-client. See the module docstring."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        prefer_grpc: bool = True,
+        collection: str = "memories",
+        *,
+        dim: int,
+        location: str | None = None,
+        path: str | None = None,
+        timeout: int | None = None,
+        hnsw_m: int = 0,
+        hnsw_payload_m: int = 16,
+    ) -> None:
+        if dim < 1:
+            raise ValueError("dim must be >= 1")
+        if sum(x is not None for x in (url, location, path)) != 1:
+            raise ValueError("give exactly one of url, location (':memory:') or path")
+        self._dim = dim
+        self._collection = collection
+        self._local = url is None
+        self._hnsw = models.HnswConfigDiff(m=hnsw_m, payload_m=hnsw_payload_m)
+        self._gate = LifecycleGate(f"qdrant vector store {collection!r}")
+        self._write_lock = threading.RLock()
+        # Local mode is plain Python state, so reads must be serialised with writes too.
+        self._read_guard: AbstractContextManager[Any] = (
+            self._write_lock if self._local else contextlib.nullcontext()
+        )
+        try:
+            if self._local:
+                # Worker threads call in; our lock makes the shared SQLite handle safe.
+                self._client = QdrantClient(
+                    location=location, path=path, force_disable_check_same_thread=True
+                )
+            else:
+                self._client = QdrantClient(
+                    url=url, api_key=api_key, prefer_grpc=prefer_grpc, timeout=timeout
+                )
+        except Exception as exc:
+            raise _translate(exc, "connect") from exc
+        self._ready = False
+        self._ready_lock = threading.Lock()
+        try:
+            self._ensure_ready()
+        except VectorStoreUnavailable as exc:
+            # Start anyway: every call retries the setup, so the store recovers (and
+            # healthy() turns True) once the server answers.
+            _log.warning("qdrant not reachable yet, will retry: %s", exc)
+        except BaseException:
+            self._client.close()
+            raise
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _ensure_ready(self) -> None:
+        if self._ready:
+            return
+        with self._ready_lock:
+            if not self._ready:
+                self._ensure_collection()
+                self._ready = True
+
+    def _ensure_collection(self) -> None:
+        name = self._collection
+        try:
+            if not self._client.collection_exists(name):
+                self._create_collection()
+            info = self._client.get_collection(name)
+            self._check_compatible(info)
+            existing = set(info.payload_schema)
+            with warnings.catch_warnings():
+                # Local mode warns that payload indexes have no effect there; we know.
+                warnings.simplefilter("ignore", UserWarning)
+                for field_name, kind in PAYLOAD_INDEXES:
+                    if field_name not in existing:
+                        self._client.create_payload_index(
+                            name, field_name, field_schema=_index_params(kind), wait=True
+                        )
+        except (ValueError, VectorStoreError):
+            raise
+        except Exception as exc:
+            raise _translate(exc, "open collection") from exc
+
+    def _create_collection(self) -> None:
+        try:
+            self._client.create_collection(
+                self._collection,
+                vectors_config={
+                    DENSE_VECTOR: models.VectorParams(
+                        size=self._dim, distance=models.Distance.COSINE
+                    )
+                },
+                sparse_vectors_config={
+                    SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)
+                },
+                hnsw_config=self._hnsw,
+            )
+        except UnexpectedResponse as exc:
+            if exc.status_code != 409:  # 409: another replica created it first
+                raise
+        except grpc.RpcError as exc:
+            if _grpc_code(exc) is not grpc.StatusCode.ALREADY_EXISTS:
+                raise
+
+    def _check_compatible(self, info: models.CollectionInfo) -> None:
+        params = info.config.params
+        vectors = params.vectors
+        dense = vectors.get(DENSE_VECTOR) if isinstance(vectors, dict) else None
+        if dense is None or dense.size != self._dim or dense.distance != models.Distance.COSINE:
+            raise IncompatibleStoreError(
+                f"collection {self._collection!r} has dense vectors {vectors!r}; "
+                f"expected {DENSE_VECTOR!r} with dim={self._dim}, cosine"
+            )
+        sparse = (params.sparse_vectors or {}).get(SPARSE_VECTOR)
+        if sparse is None or sparse.modifier != models.Modifier.IDF:
+            raise IncompatibleStoreError(
+                f"collection {self._collection!r} lacks sparse vector {SPARSE_VECTOR!r} with IDF"
+            )
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def collection(self) -> str:
+        return self._collection
+
+    @contextmanager
+    def _op(self, what: str, guard: AbstractContextManager[Any]) -> Iterator[None]:
+        with self._gate.op():
+            self._ensure_ready()
+            with guard:
+                try:
+                    yield
+                except (ValueError, VectorStoreError):
+                    raise
+                except Exception as exc:
+                    raise _translate(exc, what) from exc
+
+    def _read(self, what: str) -> AbstractContextManager[None]:
+        return self._op(what, self._read_guard)
+
+    def _write(self, what: str) -> AbstractContextManager[None]:
+        return self._op(what, self._write_lock)
+
+    def flush(self) -> None:
+        # Writes use wait=True: the server has applied them and logged them to its WAL
+        # (local mode persists each write), so there is nothing left to push.
+        with self._read("flush"):
+            return
+
+    def close(self) -> None:
+        if not self._gate.close():
+            return
+        with self._write_lock:
+            self._client.close()
+
+    def healthy(self) -> bool:
+        if self._gate.closed:
+            return False
+        try:
+            with self._gate.op():
+                self._ensure_ready()
+                return self._local or self._client.collection_exists(self._collection)
+        except Exception:
+            return False
+
+    # ------------------------------------------------------------------ writes
+
+    def upsert(self, points: Sequence[VectorPoint]) -> None:
+        checked = check_points(points, self._dim)
+        if not checked:
+            return
+        structs = [_point_struct(p) for p in checked]
+        with self._write("upsert"):
+            self._client.upsert(self._collection, points=structs, wait=True)
+
+    def delete(self, ids: Sequence[str]) -> None:
+        wanted: list[models.ExtendedPointId] = list(unique_ids(ids))
+        if not wanted:
+            return
+        with self._write("delete"):
+            self._client.delete(
+                self._collection, points_selector=models.PointIdsList(points=wanted), wait=True
+            )
+
+    def delete_where(self, filter: Filter) -> int:
+        if filter.is_empty:
+            raise ValueError("delete_where needs a non-empty filter")
+        qfilter = _group(filter)
+        with self._write("delete_where"):
+            # Exact within this process (the lock); other writers to the same server could
+            # race between count and delete, which Qdrant offers no way to prevent.
+            matched = self._client.count(self._collection, count_filter=qfilter, exact=True).count
+            if matched:
+                self._client.delete(
+                    self._collection,
+                    points_selector=models.FilterSelector(filter=qfilter),
+                    wait=True,
+                )
+            return matched
+
+    def set_payload(self, ids: Sequence[str], patch: Mapping[str, Any]) -> None:
+        wanted: list[models.ExtendedPointId] = list(unique_ids(ids))
+        if not wanted or not patch:
+            return
+        # By filter, because set_payload by id fails (404) on an unknown id.
+        selector = models.FilterSelector(
+            filter=models.Filter(must=[models.HasIdCondition(has_id=wanted)])
+        )
+        with self._write("set_payload"):
+            self._client.set_payload(
+                self._collection, payload=dict(patch), points=selector, wait=True
+            )
+
+    # ------------------------------------------------------------------ reads
+
+    def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[StoredPoint]:
+        wanted = unique_ids(ids)
+        if not wanted:
+            return []
+        with self._read("retrieve"):
+            records = self._client.retrieve(
+                self._collection,
+                ids=wanted,
+                with_payload=True,
+                with_vectors=_with_vectors(with_vectors),
+            )
+        found = {p.id: p for p in (_stored_point(r, with_vectors) for r in records)}
+        return [found[i] for i in wanted if i in found]
+
+    def count(self, filter: Filter | None = None) -> int:
+        with self._read("count"):
+            result = self._client.count(self._collection, count_filter=_filter(filter), exact=True)
+        return result.count
+
+    def scroll(
+        self,
+        filter: Filter | None = None,
+        *,
+        limit: int = 100,
+        offset: str | None = None,
+        order_by: str | None = None,
+        descending: bool = False,
+        with_vectors: bool = False,
+    ) -> tuple[list[StoredPoint], str | None]:
+        check_limit(limit)
+        if order_by is None:
+            start = parse_id_offset(offset)
+            with self._read("scroll"):
+                records, next_id = self._client.scroll(
+                    self._collection,
+                    scroll_filter=_filter(filter),
+                    limit=limit,
+                    offset=start,
+                    with_payload=True,
+                    with_vectors=_with_vectors(with_vectors),
+                )
+            points = [_stored_point(r, with_vectors) for r in records]
+            return points, (None if next_id is None else canonical_id(str(next_id)))
+
+        check_orderable(order_by)
+        cursor = None if offset is None else OrderCursor.decode(offset, order_by, descending)
+        effective = filter or Filter()
+        if cursor is not None and cursor.tie_ids:
+            effective = Filter(
+                must=effective.must,
+                should=effective.should,
+                must_not=[*effective.must_not, HasId(cursor.tie_ids)],
+            )
+        with self._read("scroll"):
+            records, _ = self._client.scroll(
+                self._collection,
+                scroll_filter=_filter(effective),
+                limit=limit + 1,  # one extra tells whether another page exists
+                order_by=models.OrderBy(
+                    key=order_by,
+                    direction=models.Direction.DESC if descending else models.Direction.ASC,
+                    start_from=None if cursor is None else cursor.value,
+                ),
+                with_payload=True,
+                with_vectors=_with_vectors(with_vectors),
+            )
+        page = records[:limit]
+        points = [_stored_point(r, with_vectors) for r in page]
+        if len(records) <= limit:
+            return points, None
+        keyed = [(p.id, _order_value(r)) for p, r in zip(points, page, strict=True)]
+        return points, OrderCursor.after_page(cursor, order_by, descending, keyed).encode()
+
+    def search(
+        self,
+        filter: Filter | None = None,
+        *,
+        dense: Sequence[float] | None = None,
+        sparse: SparseVector | None = None,
+        limit: int = 10,
+        fusion: RrfParams | None = None,
+        with_vectors: bool = False,
+    ) -> list[ScoredPoint]:
+        check_limit(limit)
+        dense_query = None if dense is None else check_dense(dense, self._dim)
+        if dense_query is None and sparse is None:
+            raise ValueError("search needs a dense or a sparse query vector")
+        sparse = nonempty_sparse(sparse)
+        if dense_query is None and sparse is None:
+            return []  # only an empty sparse query: no point can share a term with it
+        with_vector: list[str] | bool = [DENSE_VECTOR] if with_vectors else False
+        qfilter = _filter(filter)
+
+        with self._read("search"):
+            if dense_query is not None and sparse is not None:
+                rrf = fusion or RrfParams()
+                per_source = rrf.prefetch_limit_for(limit)
+                # The server propagates query_filter into each prefetch.
+                response = self._client.query_points(
+                    self._collection,
+                    prefetch=[
+                        models.Prefetch(query=dense_query, using=DENSE_VECTOR, limit=per_source),
+                        models.Prefetch(
+                            query=_sparse(sparse), using=SPARSE_VECTOR, limit=per_source
+                        ),
+                    ],
+                    query=models.RrfQuery(
+                        rrf=models.Rrf(
+                            k=rrf.k,
+                            # Unweighted requests stay valid on servers without weighted RRF.
+                            weights=(
+                                None if rrf.is_unweighted else [rrf.dense_weight, rrf.sparse_weight]
+                            ),
+                        )
+                    ),
+                    query_filter=qfilter,
+                    limit=limit,
+                    with_payload=True,
+                    with_vectors=with_vector,
+                )
+            elif dense_query is not None:
+                response = self._client.query_points(
+                    self._collection,
+                    query=dense_query,
+                    using=DENSE_VECTOR,
+                    query_filter=qfilter,
+                    limit=limit,
+                    with_payload=True,
+                    with_vectors=with_vector,
+                )
+            else:
+                assert sparse is not None  # narrowed above
+                response = self._client.query_points(
+                    self._collection,
+                    query=_sparse(sparse),
+                    using=SPARSE_VECTOR,
+                    query_filter=qfilter,
+                    limit=limit,
+                    with_payload=True,
+                    with_vectors=with_vector,
+                )
+        return [_scored_point(h, with_vectors) for h in response.points]
+
+    # ------------------------------------------------------------------ metadata
+
+    def read_meta(self) -> dict[str, Any] | None:
+        with self._read("read_meta"):
+            info = self._client.get_collection(self._collection)
+        meta = (info.config.metadata or {}).get(META_KEY)
+        return dict(meta) if isinstance(meta, dict) else None
+
+    def write_meta(self, meta: Mapping[str, Any]) -> None:
+        # Collection metadata merges top-level keys, so replacing META_KEY replaces it whole.
+        with self._write("write_meta"):
+            self._client.update_collection(self._collection, metadata={META_KEY: dict(meta)})
+
+
+# ---------------------------------------------------------------------- conversions
+
+
+def _grpc_code(exc: grpc.RpcError) -> grpc.StatusCode | None:
+    code = getattr(exc, "code", None)
+    return code() if callable(code) else None
+
+
+def _translate(exc: Exception, what: str) -> VectorStoreError:
+    message = f"qdrant {what} failed: {exc}"
+    if isinstance(exc, grpc.RpcError):
+        if _grpc_code(exc) in _UNAVAILABLE_GRPC:
+            return VectorStoreUnavailable(message)
+        return VectorStoreError(message)
+    if isinstance(exc, UnexpectedResponse):
+        if exc.status_code in _UNAVAILABLE_HTTP:
+            return VectorStoreUnavailable(message)
+        return VectorStoreError(message)
+    if isinstance(
+        exc, ResponseHandlingException | httpx.TransportError | ConnectionError | TimeoutError
+    ):
+        return VectorStoreUnavailable(message)
+    return VectorStoreError(message)
+
+
+def _index_params(kind: IndexKind) -> models.PayloadSchemaParams:
+    if kind is IndexKind.TENANT_KEYWORD:
+        return models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)
+    if kind is IndexKind.KEYWORD:
+        return models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, enable_hnsw=False)
+    if kind is IndexKind.FLOAT:
+        return models.FloatIndexParams(type=models.FloatIndexType.FLOAT, enable_hnsw=False)
+    return models.BoolIndexParams(type=models.BoolIndexType.BOOL, enable_hnsw=False)
+
+
+def _sparse(sparse: SparseVector) -> models.SparseVector:
+    return models.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
+
+
+def _point_struct(point: VectorPoint) -> models.PointStruct:
+    vector: dict[str, models.Vector] = {DENSE_VECTOR: list(point.dense)}
+    if point.sparse is not None:
+        vector[SPARSE_VECTOR] = _sparse(point.sparse)
+    return models.PointStruct(id=point.id, vector=vector, payload=dict(point.payload))
+
+
+def _with_vectors(with_vectors: bool) -> list[str] | bool:
+    return [DENSE_VECTOR, SPARSE_VECTOR] if with_vectors else False
+
+
+def _order_value(record: models.Record) -> float:
+    value = record.order_value
+    if value is None:  # the engine sets it on every ordered scroll result
+        raise VectorStoreError("ordered scroll returned a point without an order value")
+    return float(value)
+
+
+def _split_vectors(vector: Any) -> tuple[list[float] | None, SparseVector | None]:
+    if not isinstance(vector, dict):
+        return None, None
+    dense_raw = vector.get(DENSE_VECTOR)
+    sparse_raw = vector.get(SPARSE_VECTOR)
+    dense = [float(x) for x in dense_raw] if isinstance(dense_raw, list) else None
+    sparse = None
+    if isinstance(sparse_raw, models.SparseVector):
+        sparse = SparseVector(
+            [int(i) for i in sparse_raw.indices], [float(v) for v in sparse_raw.values]
+        )
+    return dense, sparse
+
+
+def _stored_point(record: models.Record, with_vectors: bool) -> StoredPoint:
+    dense, sparse = _split_vectors(record.vector) if with_vectors else (None, None)
+    return StoredPoint(
+        id=canonical_id(str(record.id)),
+        payload=dict(record.payload or {}),
+        dense=dense,
+        sparse=sparse,
+    )
+
+
+def _scored_point(hit: models.ScoredPoint, with_vectors: bool) -> ScoredPoint:
+    dense = _split_vectors(hit.vector)[0] if with_vectors else None
+    return ScoredPoint(
+        id=canonical_id(str(hit.id)),
+        score=float(hit.score),
+        payload=dict(hit.payload or {}),
+        dense_vector=dense,
+    )
+
+
+def _filter(filter: Filter | None) -> models.Filter | None:
+    if filter is None or filter.is_empty:
+        return None
+    return _group(filter)
+
+
+def _group(filter: Filter) -> models.Filter:
+    return models.Filter(
+        must=[_condition(c) for c in filter.must] or None,
+        should=[_condition(c) for c in filter.should] or None,
+        must_not=[_condition(c) for c in filter.must_not] or None,
+    )
+
+
+def _condition(condition: Condition) -> models.Condition:
+    if isinstance(condition, MatchValue):
+        return models.FieldCondition(
+            key=condition.field, match=models.MatchValue(value=condition.value)
+        )
+    if isinstance(condition, MatchAny):
+        return models.FieldCondition(
+            key=condition.field, match=models.MatchAny(any=match_any_values(condition.values))
+        )
+    if isinstance(condition, Range):
+        return models.FieldCondition(
+            key=condition.field,
+            range=models.Range(
+                gt=condition.gt, gte=condition.gte, lt=condition.lt, lte=condition.lte
+            ),
+        )
+    if isinstance(condition, IsEmpty):
+        return models.IsEmptyCondition(is_empty=models.PayloadField(key=condition.field))
+    if isinstance(condition, IsNull):
+        return models.IsNullCondition(is_null=models.PayloadField(key=condition.field))
+    if isinstance(condition, HasId):
+        ids: list[models.ExtendedPointId] = [canonical_id(i) for i in condition.ids]
+        return models.HasIdCondition(has_id=ids)
+    return _group(condition)

@@ -1,0 +1,241 @@
+"""Long-term memory over gRPC: semantic search per user, filters, compression, dedup,
+expiry, soft delete, quotas and restarts, on the embedded qdrant-edge store."""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from clock import MovableClock
+from conftest import RunningServer, ServerFactory
+from memoryd.stores.vectors.port import Filter, MatchValue
+from memoryd.v1 import memory_pb2 as pb
+from rpc import quota_failure, rpc_error, scope
+
+LT = pb.TIER_LONG_TERM
+
+SKI_MEMORIES = [
+    "User enjoys skiing",
+    "User avoids advanced slopes",
+    "User likes coffee with mountain view",
+]
+
+
+async def remember(s: RunningServer, user: str, content: str, **fields: object) -> pb.AddResponse:
+    return await s.stub.Add(pb.AddRequest(scope=scope(user), tier=LT, content=content, **fields))
+
+
+async def recall(s: RunningServer, user: str, query: str, **fields: object) -> pb.RetrieveResponse:
+    return await s.stub.Retrieve(
+        pb.RetrieveRequest(scope=scope(user), tiers=[LT], query=query, **fields)
+    )
+
+
+@pytest.fixture
+async def lt(start_server: ServerFactory) -> RunningServer:
+    return await start_server()
+
+
+async def test_skiing_preferences_finds_skiing_first(lt: RunningServer, user_id: str) -> None:
+    for content in SKI_MEMORIES:
+        reply = await remember(lt, user_id, content)
+        assert reply.memory_id and reply.operation == pb.OPERATION_ADD
+    found = await recall(lt, user_id, "skiing preferences", top_k=2)
+    assert len(found.items) == 2
+    assert "skiing" in found.items[0].content
+    scores = [i.score for i in found.items]
+    assert scores == sorted(scores, reverse=True) and all(0 < s <= 1 for s in scores)
+    assert found.embedding_ms > 0
+
+
+async def test_metadata_filters_exclude_other_categories(lt: RunningServer, user_id: str) -> None:
+    await remember(lt, user_id, "User likes skiing", metadata={"category": "sports"})
+    await remember(lt, user_id, "User likes coffee", metadata={"category": "food"})
+    found = await recall(lt, user_id, "what does the user like", filters={"category": "sports"})
+    assert [i.content for i in found.items] == ["User likes skiing"]
+    assert found.items[0].metadata["category"] == "sports"
+
+
+async def test_kinds_filter(lt: RunningServer, user_id: str) -> None:
+    await remember(lt, user_id, "User prefers window seats", kind=pb.KIND_PREFERENCE)
+    await remember(lt, user_id, "User decided to fly with Air France", kind=pb.KIND_DECISION)
+    found = await recall(lt, user_id, "flights and seats", kinds=[pb.KIND_DECISION])
+    assert [i.kind for i in found.items] == [pb.KIND_DECISION]
+
+
+async def test_min_score_drops_weak_matches_and_unrelated_queries_find_nothing(
+    lt: RunningServer, user_id: str
+) -> None:
+    for content in SKI_MEMORIES:
+        await remember(lt, user_id, content)
+    everything = await recall(lt, user_id, "skiing preferences", min_score=0.0)
+    strict = await recall(lt, user_id, "skiing preferences", min_score=0.6)
+    assert len(strict.items) < len(everything.items)
+    assert all(i.score >= 0.6 for i in strict.items)
+    unrelated = await recall(lt, user_id, "quarterly tax filing deadline")
+    assert not unrelated.items
+
+
+async def test_a_user_with_no_memories_gets_an_empty_list(lt: RunningServer, user_id: str) -> None:
+    found = await recall(lt, user_id, "anything")
+    assert list(found.items) == [] and found.total_count == 0
+
+
+async def test_large_content_is_stored_compressed_and_returned_whole(
+    lt: RunningServer, user_id: str
+) -> None:
+    content = " ".join(f"Line {i}: the user keeps detailed travel notes." for i in range(110))
+    assert len(content.encode()) > 5000
+    added = await remember(lt, user_id, content)
+    got = await lt.stub.Get(pb.GetRequest(scope=scope(user_id), tier=LT, ids=[added.memory_id]))
+    assert got.items[0].content == content
+    [stored] = lt.app.vectors.retrieve([added.memory_id])
+    assert stored.payload["compressed"] is True and "content" not in stored.payload
+    packed = base64.b64decode(stored.payload["content_z"])
+    assert len(packed) < len(content.encode()) and zlib.decompress(packed).decode() == content
+
+
+async def test_the_same_content_twice_is_deduplicated(lt: RunningServer, user_id: str) -> None:
+    first = await remember(lt, user_id, "User is vegetarian")
+    again = await remember(lt, user_id, "  user is   VEGETARIAN ")
+    assert again.operation == pb.OPERATION_DEDUPLICATED
+    assert again.memory_id == first.memory_id
+    other_user = await remember(lt, user_id + "-b", "User is vegetarian")
+    assert other_user.operation == pb.OPERATION_ADD
+
+
+async def test_items_carry_their_fields(lt: RunningServer, user_id: str) -> None:
+    added = await remember(
+        lt, user_id, "User decided on Lisbon", kind=pb.KIND_DECISION, importance=0.9
+    )
+    [item] = (
+        await lt.stub.Get(pb.GetRequest(scope=scope(user_id), tier=LT, ids=[added.memory_id]))
+    ).items
+    assert item.kind == pb.KIND_DECISION and item.tier == LT
+    assert item.importance == pytest.approx(0.9)
+    assert item.created_at.seconds > 0 and item.updated_at.seconds > 0
+    assert item.source == pb.SOURCE_EXPLICIT
+
+
+async def test_expired_memories_are_never_returned(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    clock = MovableClock()
+    s = await start_server(clock=clock)
+    expires = Timestamp()
+    expires.FromSeconds(int(clock.now) + 60)
+    added = await remember(s, user_id, "User is in Paris this week", expires_at=expires)
+    assert (await recall(s, user_id, "where is the user")).items
+    clock.advance(120)
+    assert not (await recall(s, user_id, "where is the user")).items
+    got = await s.stub.Get(pb.GetRequest(scope=scope(user_id), tier=LT, ids=[added.memory_id]))
+    assert list(got.missing) == [added.memory_id]
+
+
+async def test_an_expiry_in_the_past_is_refused(lt: RunningServer, user_id: str) -> None:
+    past = Timestamp()
+    past.FromSeconds(1_000)
+    err = await rpc_error(remember(lt, user_id, "old news", expires_at=past))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_delete_hides_at_once_and_prune_purges(lt: RunningServer, user_id: str) -> None:
+    added = await remember(lt, user_id, "User's passport number ends in 42")
+    deleted = await lt.stub.Delete(
+        pb.DeleteRequest(scope=scope(user_id), tier=LT, ids=[added.memory_id])
+    )
+    assert deleted.deleted_count == 1
+    assert not (await recall(lt, user_id, "passport number")).items
+    assert lt.app.vectors.retrieve([added.memory_id])  # still stored, hidden
+    pruned = await lt.stub.Prune(
+        pb.PruneRequest(scope=scope(user_id), tiers=[LT], strategy=pb.PRUNE_STRATEGY_EXPIRED)
+    )
+    assert pruned.deleted_count == 1
+    assert lt.app.vectors.retrieve([added.memory_id]) == []
+
+
+async def test_user_b_never_sees_user_a(lt: RunningServer) -> None:
+    mine = await remember(lt, "alice", "Alice's bank PIN hint is her cat's name")
+    assert not (await recall(lt, "bob", "bank PIN hint")).items
+    got = await lt.stub.Get(pb.GetRequest(scope=scope("bob"), tier=LT, ids=[mine.memory_id]))
+    assert not got.items and list(got.missing) == [mine.memory_id]
+    gone = await lt.stub.Delete(pb.DeleteRequest(scope=scope("bob"), tier=LT, ids=[mine.memory_id]))
+    assert gone.deleted_count == 0
+    pruned = await lt.stub.Prune(
+        pb.PruneRequest(scope=scope("bob"), tiers=[LT], strategy=pb.PRUNE_STRATEGY_ALL)
+    )
+    assert pruned.deleted_count == 0
+    assert (await recall(lt, "alice", "bank PIN hint")).items
+
+
+async def test_a_full_tier_is_refused_with_the_limit_unless_auto_prune(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    clock = MovableClock()
+    s = await start_server(clock=clock, long_term={"max_memories": 10})
+    ids = []
+    for i in range(10):
+        clock.advance(1)
+        ids.append((await remember(s, user_id, f"Memory number {i} about topic {i * 7}")).memory_id)
+    err = await rpc_error(remember(s, user_id, "One more memory"))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "max: 10" in (err.details() or "") and "delete old memories or upgrade" in (
+        err.details() or ""
+    )
+    assert quota_failure(err).violations[0].subject.startswith("long_term:")
+    clock.advance(1)
+    pruned = await remember(s, user_id, "New memory", auto_prune=True)
+    assert pruned.operation == pb.OPERATION_ADD_WITH_PRUNE
+    flt = Filter(must=[MatchValue("user_id", user_id), MatchValue("tier", "long_term")])
+    assert s.app.vectors.count(flt) == 10
+    oldest = await s.stub.Get(pb.GetRequest(scope=scope(user_id), tier=LT, ids=ids[:2]))
+    assert list(oldest.missing) == ids[:1]  # 10% of 10: the single oldest went
+
+
+async def test_memories_survive_a_restart(
+    start_server: ServerFactory, user_id: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "restart"
+    first = await start_server(data_dir=data)
+    for content in SKI_MEMORIES:
+        await remember(first, user_id, content)
+    await first.server.stop(grace_s=0)
+    second = await start_server(data_dir=data)
+    found = await recall(second, user_id, "skiing preferences", top_k=2)
+    assert "skiing" in found.items[0].content
+
+
+async def test_conversation_messages_become_durable_long_term_memories(
+    lt: RunningServer, user_id: str
+) -> None:
+    sc = scope(user_id, session_id="sess-1")
+    said = await lt.stub.Add(
+        pb.AddRequest(scope=sc, tier=pb.TIER_SHORT_TERM, content="I am allergic to peanuts")
+    )
+    await lt.app.copier.drain()
+    found = await recall(lt, user_id, "food allergies", kinds=[pb.KIND_MESSAGE])
+    [item] = found.items
+    assert item.id == said.memory_id and item.session_id == "sess-1"
+    assert item.role == pb.ROLE_USER
+
+
+async def test_queued_messages_written_before_a_restart_are_searchable_after(
+    start_server: ServerFactory, user_id: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "queue-restart"
+    first = await start_server(data_dir=data)
+    await first.app.copier.stop()  # the worker is not running: messages stay queued
+    sc = scope(user_id, session_id="s")
+    for text in ("My daughter's name is Ana", "I work as a nurse at night"):
+        await first.stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_SHORT_TERM, content=text))
+    assert not (await recall(first, user_id, "where does the user work")).items
+    await first.server.stop(grace_s=0)
+    second = await start_server(data_dir=data)
+    await second.app.copier.drain()
+    found = await recall(second, user_id, "where does the user work", kinds=[pb.KIND_MESSAGE])
+    assert [i.content for i in found.items][:1] == ["I work as a nurse at night"]
