@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from redis_server import RedisServer
 
 from memoryd.stores.queue.file_queue import FileQueue
 from memoryd.stores.queue.port import QueueDown, WriteBehindQueue
 from memoryd.stores.queue.redis_stream import RedisStreamQueue
+from redis_server import RedisServer
 
 Opener = Callable[[], Awaitable[WriteBehindQueue]]
 
