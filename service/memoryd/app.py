@@ -22,7 +22,7 @@ from memoryd.core.working import WorkingTier
 from memoryd.core.write_behind import ConversationCopier
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.cache import CachedEmbedder
-from memoryd.stores.embeddings.port import Embedder
+from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
 from memoryd.stores.hot.memory_store import InProcessHotStore
 from memoryd.stores.hot.port import HotStore
 from memoryd.stores.hot.redis_store import RedisHotStore
@@ -132,7 +132,10 @@ def check_embedder_matches(store: VectorStore, embedder: Embedder) -> None:
 
 
 def open_vectors(settings: Settings, embedder: Embedder) -> VectorStore:
-    embedder.warm()  # loads the model now, so no request pays for it
+    try:
+        embedder.warm()  # loads the model now, so no request pays for it
+    except EmbedderUnavailable as exc:
+        raise StartupRefused(f"the embedder cannot be reached: {exc}") from exc
     store = open_vector_store(settings, embedder.dim)
     try:
         check_embedder_matches(store, embedder)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 from pathlib import Path
 
-from memoryd.app import StartupRefused, build_app
+from memoryd.app import StartupRefused, build_app, build_embedder
+from memoryd.reindex import ReindexRefused, reindex
 from memoryd.settings import Settings, load_settings
 from memoryd.transport.server import serve
 
@@ -18,7 +20,23 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("serve", help="run the gRPC server")
     run.add_argument("--listen", help="host:port (default from MEMORYD_LISTEN)")
+    commands.add_parser(
+        "reindex", help="re-embed every memory with the configured embedder (server stopped)"
+    )
     return parser
+
+
+def _reindex(settings: Settings) -> int:
+    def progress(done: int, total: int) -> None:
+        print(f"\rreindexed {done:,} of {total:,} memories", end="", file=sys.stderr, flush=True)
+
+    try:
+        copied = reindex(settings, build_embedder(settings), progress)
+    except ReindexRefused as exc:
+        logging.getLogger("memoryd").error("reindex refused: %s", exc)
+        return 2
+    print(f"\nreindex done: {copied:,} memories re-embedded", file=sys.stderr)
+    return 0
 
 
 async def _serve(settings: Settings) -> None:
@@ -36,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             asyncio.run(_serve(settings))
+        elif args.command == "reindex":
+            return _reindex(settings)
     except StartupRefused as exc:
         logging.getLogger("memoryd").error("start-up refused: %s", exc)
         return 2

@@ -36,9 +36,13 @@ async def recall(s: RunningServer, user: str, query: str, **fields: object) -> p
     )
 
 
-@pytest.fixture
-async def lt(start_server: ServerFactory) -> RunningServer:
-    return await start_server()
+@pytest.fixture(params=["edge", "qdrant_client_local"])
+async def lt(request: pytest.FixtureRequest, start_server: ServerFactory) -> RunningServer:
+    """A server on each vector adapter: embedded qdrant-edge, and qdrant-client (local mode
+    stands in for a Qdrant server here)."""
+    if request.param == "edge":
+        return await start_server()
+    return await start_server(vectors={"backend": "qdrant", "qdrant_location": ":memory:"})
 
 
 async def test_skiing_preferences_finds_skiing_first(lt: RunningServer, user_id: str) -> None:

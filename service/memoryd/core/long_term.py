@@ -24,7 +24,7 @@ from memoryd.core.models import (
     Source,
     Tier,
 )
-from memoryd.core.payload import content_hash, to_payload
+from memoryd.core.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.tier import TierHits
 from memoryd.core.validation import Violations
 from memoryd.core.vector_memory import NewPoint, VectorMemory
@@ -58,7 +58,7 @@ class LongTermTier:
     def _new_point(self, record: MemoryRecord, scope: Scope) -> NewPoint:
         digest = content_hash(scope, record.tier, record.key, record.content)
         payload = to_payload(record, scope, digest, self._settings.compress_over_bytes)
-        return NewPoint(record=record, payload=payload, embed_text=record.content)
+        return NewPoint(record=record, payload=payload, embed_text=embed_text_of(payload))
 
     async def add(self, cmd: AddCommand) -> AddResult:
         scope = cmd.scope

@@ -86,3 +86,11 @@ def from_payload(point_id: str, payload: dict[str, Any], score: float = 0.0) -> 
         task_id=payload.get("task_id", ""),
         deleted=bool(payload.get("deleted", False)),
     )
+
+
+def embed_text_of(payload: dict[str, Any]) -> str:
+    """The text a memory's vectors are computed from: persona facts embed as "key: value"."""
+    content = content_of(payload)
+    if payload.get("tier") == Tier.PERSONA.value:
+        return f"{payload.get('key', '')}: {content}"
+    return content

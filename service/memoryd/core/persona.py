@@ -21,7 +21,7 @@ from memoryd.core.models import (
     Source,
     Tier,
 )
-from memoryd.core.payload import content_hash, to_payload
+from memoryd.core.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.tier import TierHits
 from memoryd.core.validation import Violations, check_key
 from memoryd.core.vector_memory import NewPoint, VectorMemory
@@ -30,10 +30,6 @@ from memoryd.stores.vectors.port import Filter, MatchAny, MatchValue
 
 # Persona is small by nature; listing returns at most this many facts.
 _LIST_LIMIT = 1000
-
-
-def fact_text(key: str, value: str) -> str:
-    return f"{key}: {value}"
 
 
 class PersonaTier:
@@ -89,8 +85,7 @@ class PersonaTier:
                 agent_id=scope.agent_id,
             )
             payload = to_payload(record, scope, digest, self._settings.compress_over_bytes)
-            embed_text = fact_text(cmd.key, cmd.content)
-            await self._memory.insert([NewPoint(record, payload, embed_text)])
+            await self._memory.insert([NewPoint(record, payload, embed_text_of(payload))])
         return AddResult(record.id, Operation.ADD, Tier.PERSONA, quota_remaining=-1)
 
     async def retrieve(self, query: RetrieveQuery, top_k: int) -> TierHits:

@@ -488,3 +488,28 @@ def _atomic_write(path: Path, text: str) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def peek_meta(path: Path | str, collection: str = "memories") -> dict[str, Any] | None:
+    """The metadata of an edge collection, read without opening its shard (whose
+    dimension may be unknown, e.g. before a reindex)."""
+    meta_path = Path(path) / f"{collection}.meta.json"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def promote_collection(path: Path | str, source: str, target: str, keep_as: str) -> None:
+    """Make collection `source` become `target`; the old `target` is kept as `keep_as`.
+
+    Both stores must be closed. Used by reindex, which builds the new collection beside the
+    old one so that a failure half-way leaves the old one untouched.
+    """
+    root = Path(path)
+    for suffix in ("", ".meta.json"):
+        old = root / f"{target}{suffix}"
+        if old.exists():
+            os.replace(old, root / f"{keep_as}{suffix}")
+        os.replace(root / f"{source}{suffix}", old)

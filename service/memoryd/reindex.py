@@ -1,0 +1,91 @@
+"""`memoryd reindex`: re-embed every memory with the configured embedder.
+
+The new collection is built beside the old one and swapped in at the end, so an
+interrupted reindex leaves the store as it was. The old collection is kept aside
+(`<collection>.replaced-<time>`) until the operator deletes it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+
+from memoryd.core import bm25
+from memoryd.core.payload import embed_text_of
+from memoryd.settings import Settings
+from memoryd.stores.embeddings.port import Embedder
+from memoryd.stores.vectors.edge_store import EdgeVectorStore, peek_meta, promote_collection
+from memoryd.stores.vectors.port import SparseVector, VectorPoint, VectorStore
+
+
+class ReindexRefused(Exception):
+    pass
+
+
+def copy_reembedded(
+    source: VectorStore,
+    target: VectorStore,
+    embedder: Embedder,
+    batch_size: int = 128,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> int:
+    """Copy every point (payload and id kept) from source to target with fresh vectors."""
+    encoder = bm25.BM25Encoder()
+    total = source.count()
+    done = 0
+    offset: str | None = None
+    while True:
+        points, offset = source.scroll(limit=batch_size, offset=offset)
+        if not points:
+            break
+        texts = [embed_text_of(p.payload) for p in points]
+        vectors = embedder.embed(texts)
+        upserts = []
+        for point, text, vector in zip(points, texts, vectors, strict=True):
+            sparse = encoder.encode_document(text)
+            upserts.append(
+                VectorPoint(
+                    id=point.id,
+                    dense=vector,
+                    sparse=SparseVector(list(sparse.indices), list(sparse.values)),
+                    payload=point.payload,
+                )
+            )
+        target.upsert(upserts)
+        done += len(points)
+        progress(done, total)
+        if offset is None:
+            break
+    return done
+
+
+def reindex(settings: Settings, embedder: Embedder, progress: Callable[[int, int], None]) -> int:
+    if settings.vectors.backend != "edge":
+        raise ReindexRefused(
+            "reindex runs on the embedded (edge) store; for a Qdrant server, point a new "
+            "server collection at MEMORYD_VECTORS__COLLECTION and re-import an export"
+        )
+    root = settings.data_dir / "vectors"
+    collection = settings.vectors.collection
+    meta = peek_meta(root, collection)
+    if meta is None or "dim" not in meta:
+        raise ReindexRefused(f"no vector store to reindex under {root}")
+    embedder.warm()
+    building = f"{collection}.reindex"
+    for leftover in (root / building, root / f"{building}.meta.json"):
+        if leftover.is_dir():
+            shutil.rmtree(leftover)
+        else:
+            leftover.unlink(missing_ok=True)
+    source = EdgeVectorStore(root, int(meta["dim"]), collection)
+    target = EdgeVectorStore(root, embedder.dim, building)
+    try:
+        copied = copy_reembedded(source, target, embedder, progress=progress)
+        target.write_meta({**meta, "embedder": embedder.name, "dim": embedder.dim})
+    finally:
+        source.close()
+        target.close()
+    keep_as = f"{collection}.replaced-{time.strftime('%Y%m%dT%H%M%S')}"
+    promote_collection(root, building, collection, keep_as)
+    return copied
