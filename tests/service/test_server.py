@@ -120,7 +120,7 @@ def test_sigterm_turns_not_serving_then_stops_gracefully(tmp_path: Path) -> None
         [sys.executable, "-m", "memoryd", "serve"], env=env, stderr=subprocess.PIPE, text=True
     )
     try:
-        assert _wait_serving(port), "server did not become SERVING"
+        assert _wait_serving(port, proc), "server did not become SERVING"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
@@ -130,10 +130,14 @@ def test_sigterm_turns_not_serving_then_stops_gracefully(tmp_path: Path) -> None
     assert "signal received" in log and "memoryd stopped" in log
 
 
-def _wait_serving(port: int) -> bool:
+def _wait_serving(port: int, proc: subprocess.Popen[str]) -> bool:
+    """Poll health until SERVING; start-up loads the embedding model, which takes a while."""
+
     async def poll() -> bool:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            for _ in range(200):
+            for _ in range(2400):
+                if proc.poll() is not None:
+                    return False
                 try:
                     if await health_of(channel) == SERVING:
                         return True
