@@ -17,6 +17,7 @@ from memoryd.core.long_term import LongTermTier
 from memoryd.core.persona import PersonaTier
 from memoryd.core.short_term import ShortTermTier
 from memoryd.core.tier import TierHandler
+from memoryd.core.token_budget import TokenCounter
 from memoryd.core.vector_memory import VectorMemory
 from memoryd.core.working import WorkingTier
 from memoryd.core.write_behind import ConversationCopier
@@ -172,7 +173,9 @@ async def build_app(
         long_term,
         PersonaTier(memory, settings.long_term, settings.limits, clock),
     ]
-    engine = MemoryEngine({t.tier: t for t in tiers}, settings.limits)
+    engine = MemoryEngine(
+        {t.tier: t for t in tiers}, settings.limits, settings.retrieval, TokenCounter()
+    )
 
     async def vectors_up() -> bool:
         return await asyncio.to_thread(vectors.healthy)

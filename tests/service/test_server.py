@@ -58,10 +58,9 @@ async def test_reflection_is_off_by_default(memoryd: RunningServer) -> None:
     "call",
     [
         lambda s: s.Usage(pb.UsageRequest(scope=scope("u"))),
-        lambda s: s.RenderContext(pb.RenderContextRequest(scope=scope("u"))),
         lambda s: s.EndSession(pb.EndSessionRequest(scope=scope("u", session_id="s"))),
     ],
-    ids=["Usage", "RenderContext", "EndSession"],
+    ids=["Usage", "EndSession"],
 )
 async def test_rpcs_of_later_versions_answer_unimplemented_saying_so(
     memoryd: RunningServer, call: object

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from memoryd.core.errors import Unimplemented
 from memoryd.core.models import (
@@ -15,12 +15,15 @@ from memoryd.core.models import (
     PruneCommand,
     PruneResult,
     PruneStrategy,
+    RenderQuery,
     RetrieveQuery,
     RetrieveResult,
     Scope,
     Tier,
 )
+from memoryd.core.render_context import RenderedContext, render_memory_block
 from memoryd.core.tier import TierHandler
+from memoryd.core.token_budget import TokenCounter, fit_to_budget
 from memoryd.core.validation import (
     Violations,
     check_batch,
@@ -30,16 +33,24 @@ from memoryd.core.validation import (
     check_scope,
     resolve_top_k,
 )
-from memoryd.settings import LimitSettings
+from memoryd.settings import LimitSettings, RetrievalSettings
 
 # Tiers addressed by key as well as by id.
 _KEYED_TIERS = frozenset({Tier.WORKING, Tier.PERSONA})
 
 
 class MemoryEngine:
-    def __init__(self, tiers: Mapping[Tier, TierHandler], limits: LimitSettings) -> None:
+    def __init__(
+        self,
+        tiers: Mapping[Tier, TierHandler],
+        limits: LimitSettings,
+        retrieval: RetrievalSettings,
+        counter: TokenCounter,
+    ) -> None:
         self._tiers = dict(tiers)
         self._limits = limits
+        self._retrieval = retrieval
+        self._counter = counter
 
     def _tier(self, tier: Tier) -> TierHandler:
         handler = self._tiers.get(tier)
@@ -65,21 +76,43 @@ class MemoryEngine:
         v.raise_if_any()
         return await handler.add(cmd)
 
+    def _resolve_budget(self, v: Violations, budget: int | None) -> int:
+        if budget is None:
+            return self._retrieval.default_token_budget
+        if not 1 <= budget <= self._retrieval.max_token_budget:
+            v.add("token_budget", f"must be between 1 and {self._retrieval.max_token_budget:,}")
+        return budget
+
     async def retrieve(self, query: RetrieveQuery) -> RetrieveResult:
         started = time.perf_counter()
         v = Violations()
         check_scope(v, query.scope, self._limits)
         top_k = resolve_top_k(v, query.top_k, self._limits)
+        budget = self._resolve_budget(v, query.token_budget)
         check_metadata(v, "filters", query.filters, self._limits)
         check_fraction(v, "min_score", query.min_score)
-        tiers = list(dict.fromkeys(query.tiers))
-        for tier in tiers:
+        for tier in query.tiers:
             self._check_tier_scope(v, tier, query.scope)
         v.raise_if_any()
-        if not tiers:
-            tiers = [t for t, h in self._tiers.items() if h.can_retrieve(query.scope)]
-        handlers = [self._tier(t) for t in tiers]
+        tiers = list(dict.fromkeys(query.tiers)) or [
+            t for t, h in self._tiers.items() if h.can_retrieve(query.scope)
+        ]
+        items, total, embedding_ms = await self._search(query, tiers, top_k)
+        fitted = fit_to_budget(items, budget, self._counter)
+        return RetrieveResult(
+            items=fitted.items,
+            total_count=total,
+            embedding_ms=embedding_ms,
+            retrieval_ms=(time.perf_counter() - started) * 1000 - embedding_ms,
+            token_count=fitted.token_count,
+            truncated=fitted.truncated,
+        )
 
+    async def _search(
+        self, query: RetrieveQuery, tiers: Sequence[Tier], top_k: int
+    ) -> tuple[list[MemoryRecord], int, float]:
+        """Every tier's hits: working first, then the rest by score, each id once."""
+        handlers = [self._tier(t) for t in tiers]
         working: list[MemoryRecord] = []
         others: list[MemoryRecord] = []
         total = 0
@@ -94,12 +127,41 @@ class MemoryEngine:
         # A message can be both in its session and (as its durable copy) in long-term
         # memory, under one id: return it once, from the tier that ranked it first.
         unique = list({r.id: r for r in reversed(working + others)}.values())[::-1]
-        return RetrieveResult(
-            items=unique,
-            total_count=total,
-            embedding_ms=embedding_ms,
-            retrieval_ms=(time.perf_counter() - started) * 1000 - embedding_ms,
-        )
+        return unique, total, embedding_ms
+
+    async def render_context(self, request: RenderQuery) -> RenderedContext:
+        """Persona facts, then the memories relevant to the query, as a <memory> block."""
+        v = Violations()
+        check_scope(v, request.scope, self._limits)
+        top_k = resolve_top_k(v, request.top_k, self._limits)
+        budget = self._resolve_budget(v, request.token_budget)
+        check_fraction(v, "min_score", request.min_score)
+        for tier in request.tiers:
+            self._check_tier_scope(v, tier, request.scope)
+        v.raise_if_any()
+        persona: list[MemoryRecord] = []
+        if Tier.PERSONA in self._tiers:
+            listing = RetrieveQuery(scope=request.scope)
+            persona = (await self._tier(Tier.PERSONA).retrieve(listing, top_k)).items
+        memories: list[MemoryRecord] = []
+        if request.query.strip():
+            tiers: list[Tier] = [t for t in request.tiers if t is not Tier.PERSONA] or [
+                t
+                for t, h in self._tiers.items()
+                if t is not Tier.PERSONA and h.can_retrieve(request.scope)
+            ]
+            query = RetrieveQuery(
+                scope=request.scope,
+                query=request.query,
+                tiers=tiers,
+                top_k=top_k,
+                min_score=request.min_score,
+            )
+            found, _, _ = await self._search(query, tiers, top_k)
+            # Hot tiers list everything of the task/session; only what the query touches
+            # belongs in a prompt.
+            memories = [m for m in found if m.score > 0]
+        return render_memory_block(persona, memories, budget, self._counter)
 
     def _check_lookup(self, lookup: Lookup) -> TierHandler:
         v = Violations()

@@ -151,6 +151,16 @@ class RetrieveResult:
 
 
 @dataclass
+class RenderQuery:
+    scope: Scope
+    query: str = ""
+    tiers: list[Tier] = field(default_factory=list)
+    top_k: int = 0
+    min_score: float | None = None
+    token_budget: int | None = None
+
+
+@dataclass
 class Lookup:
     """Get/Delete by ids and/or keys in one tier."""
 

@@ -21,6 +21,7 @@ from memoryd.core.models import (
     PruneCommand,
     PruneResult,
     PruneStrategy,
+    RenderQuery,
     RetrieveQuery,
     RetrieveResult,
     Role,
@@ -28,6 +29,7 @@ from memoryd.core.models import (
     Source,
     Tier,
 )
+from memoryd.core.render_context import RenderedContext
 from memoryd.v1 import memory_pb2 as pb
 
 E = TypeVar("E", bound=Enum)
@@ -172,6 +174,26 @@ def retrieve_response(result: RetrieveResult) -> pb.RetrieveResponse:
         retrieval_ms=result.retrieval_ms,
         token_count=result.token_count,
         truncated=result.truncated,
+    )
+
+
+def render_query(req: pb.RenderContextRequest, principal: Principal) -> RenderQuery:
+    return RenderQuery(
+        scope=scope_from_proto(req.scope, principal),
+        query=req.query,
+        tiers=tiers_from_proto(req.tiers),
+        top_k=req.top_k,
+        min_score=req.min_score if req.HasField("min_score") else None,
+        token_budget=req.token_budget if req.HasField("token_budget") else None,
+    )
+
+
+def render_response(rendered: RenderedContext) -> pb.RenderContextResponse:
+    return pb.RenderContextResponse(
+        context=rendered.text,
+        token_count=rendered.token_count,
+        truncated=rendered.truncated,
+        item_count=rendered.item_count,
     )
 
 

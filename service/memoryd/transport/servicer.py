@@ -64,7 +64,8 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def RenderContext(
         self, request: pb.RenderContextRequest, context: Context
     ) -> pb.RenderContextResponse:
-        raise Unimplemented("RenderContext")
+        request_ = convert.render_query(request, self._calls.principal())
+        return convert.render_response(await self._engine.render_context(request_))
 
     async def EndSession(
         self, request: pb.EndSessionRequest, context: Context
