@@ -71,7 +71,9 @@ async def test_values_past_10_kb_evict_the_least_recently_used(
     await memoryd.stub.Get(pb.GetRequest(scope=sc, tier=W, keys=["k1"]))  # k1 is used again
     reply = await add(memoryd, sc, "k4", "y" * 3000)
     assert list(reply.evicted_keys) == ["k2"]
-    left = await memoryd.stub.Retrieve(pb.RetrieveRequest(scope=sc, tiers=[W], top_k=100))
+    left = await memoryd.stub.Retrieve(
+        pb.RetrieveRequest(scope=sc, tiers=[W], top_k=100, token_budget=16_000)
+    )
     assert sorted(i.key for i in left.items) == ["k1", "k3", "k4"]
 
 

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from memoryd.core.hot_errors import hot_store_calls
+from memoryd.core.hot_prune import metadata_matches, prune_hot
 from memoryd.core.models import (
     AddCommand,
     AddResult,
@@ -15,7 +16,6 @@ from memoryd.core.models import (
     MemoryRecord,
     Operation,
     PruneCommand,
-    PruneStrategy,
     RetrieveQuery,
     Role,
     Scope,
@@ -111,7 +111,7 @@ class ShortTermTier:
         records = [
             _record(m, query.scope, overlap_score(wanted, m.content))
             for m in messages
-            if all(m.metadata.get(k) == v for k, v in query.filters.items())
+            if metadata_matches(m.metadata, query.filters)
         ]
         if query.kinds and Kind.MESSAGE not in query.kinds:
             records = []
@@ -132,20 +132,13 @@ class ShortTermTier:
             return await self._store.delete_messages(session_of(lookup.scope), lookup.ids)
 
     async def prune(self, cmd: PruneCommand) -> int:
+        # Messages otherwise leave by TTL and trimming: nothing else ages out of a session.
         session = session_of(cmd.scope)
-        with hot_store_calls():
-            if cmd.strategy is PruneStrategy.ALL:
-                if cmd.dry_run:
-                    return len(await self._store.list_messages(session))
-                return await self._store.clear_session(session)
-            if cmd.strategy is PruneStrategy.BY_FILTER:
-                doomed = [
-                    m.id
-                    for m in await self._store.list_messages(session)
-                    if all(m.metadata.get(k) == v for k, v in cmd.filters.items())
-                ]
-                if cmd.dry_run:
-                    return len(doomed)
-                return await self._store.delete_messages(session, doomed)
-        # Messages leave by TTL and trimming; nothing else ages out of a live session.
-        return 0
+        return await prune_hot(
+            cmd,
+            listing=lambda: self._store.list_messages(session),
+            metadata_of=lambda m: m.metadata,
+            name_of=lambda m: m.id,
+            clear=lambda: self._store.clear_session(session),
+            delete=lambda ids: self._store.delete_messages(session, ids),
+        )

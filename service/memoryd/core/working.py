@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from memoryd.core.errors import QuotaExceeded
 from memoryd.core.hot_errors import hot_store_calls
+from memoryd.core.hot_prune import metadata_matches, prune_hot
 from memoryd.core.models import (
     AddCommand,
     AddResult,
@@ -16,7 +17,6 @@ from memoryd.core.models import (
     MemoryRecord,
     Operation,
     PruneCommand,
-    PruneStrategy,
     RetrieveQuery,
     Scope,
     Tier,
@@ -171,26 +171,19 @@ class WorkingTier:
             return await self._store.delete_entries(task, list(dict.fromkeys(keys)))
 
     async def prune(self, cmd: PruneCommand) -> int:
-        task = task_of(cmd.scope)
-        with hot_store_calls():
-            if cmd.strategy is PruneStrategy.ALL:
-                if cmd.dry_run:
-                    return len(await self._store.list_entries(task))
-                return await self._store.clear_task(task)
-            if cmd.strategy is PruneStrategy.BY_FILTER:
-                doomed = [
-                    e.key
-                    for e in await self._store.list_entries(task)
-                    if all(e.metadata.get(k) == v for k, v in cmd.filters.items())
-                ]
-                if cmd.dry_run:
-                    return len(doomed)
-                return await self._store.delete_entries(task, doomed)
         # Working entries live until their task ends: nothing expires or ages out.
-        return 0
+        task = task_of(cmd.scope)
+        return await prune_hot(
+            cmd,
+            listing=lambda: self._store.list_entries(task),
+            metadata_of=lambda e: e.metadata,
+            name_of=lambda e: e.key,
+            clear=lambda: self._store.clear_task(task),
+            delete=lambda keys: self._store.delete_entries(task, keys),
+        )
 
 
 def _matches(entry: WorkingEntry, query: RetrieveQuery) -> bool:
-    if any(entry.metadata.get(k) != v for k, v in query.filters.items()):
+    if not metadata_matches(entry.metadata, query.filters):
         return False
     return not query.kinds or (bool(entry.kind) and Kind(entry.kind) in query.kinds)
