@@ -33,6 +33,10 @@ redis:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) \
 	  || (sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server); }
 
+# The retrieval evaluation on the golden set; exits non-zero below its thresholds.
+eval: install
+	PYTHONPATH=service $(PY) evals/run_eval.py
+
 gen: install
 	PYTHON=$(PY) bash scripts/gen_stubs.sh
 
