@@ -174,7 +174,11 @@ async def build_app(
         PersonaTier(memory, settings.long_term, settings.limits, clock),
     ]
     engine = MemoryEngine(
-        {t.tier: t for t in tiers}, settings.limits, settings.retrieval, TokenCounter()
+        {t.tier: t for t in tiers},
+        settings.limits,
+        settings.retrieval,
+        TokenCounter(),
+        settings.usage,
     )
 
     async def vectors_up() -> bool:

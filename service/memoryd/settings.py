@@ -48,6 +48,9 @@ class LimitSettings(BaseModel):
     default_top_k: int = Field(10, ge=1)
     max_batch_ids: int = Field(1000, ge=1, description="ids or keys in one Get/Delete")
     max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="gRPC message size")
+    max_import_items: int = Field(
+        100_000, ge=1, description="Items in one Import stream; more is refused"
+    )
 
 
 class VectorSettings(BaseModel):
@@ -89,6 +92,28 @@ class RetrievalSettings(BaseModel):
 class LongTermSettings(BaseModel):
     compress_over_bytes: int = Field(1024, ge=1, description="zlib-compress larger content")
     max_memories: int = Field(10_000, ge=1, description="Per user; RESOURCE_EXHAUSTED past it")
+    max_bytes: int = Field(
+        100 * 1024 * 1024, ge=1, description="Per user (content bytes); reported by Usage"
+    )
+
+
+class UsageSettings(BaseModel):
+    """Usage report: alert thresholds and storage prices.
+
+    Prices come from RT-006 "Cost Tracking": vector store $0.40/GB/month, Redis
+    $0.15/GB/month (the seed's comments give the unit as GB; its sample code multiplies
+    MB by the same figures, which we take to be a slip).
+    """
+
+    quota_profile: str = Field("default", description="Name reported by Usage")
+    warning_percent: float = Field(80.0, gt=0, le=100)
+    critical_percent: float = Field(95.0, gt=0, le=100)
+    vector_usd_per_gb_month: float = Field(
+        0.40, ge=0, description="Long-term and persona content (RT-006: $0.40/GB/month)"
+    )
+    hot_usd_per_gb_month: float = Field(
+        0.15, ge=0, description="Working and short-term content (RT-006: $0.15/GB/month)"
+    )
 
 
 class WriteBehindSettings(BaseModel):
@@ -120,6 +145,7 @@ class Settings(BaseSettings):
     retrieval: RetrievalSettings = RetrievalSettings()
     long_term: LongTermSettings = LongTermSettings()
     write_behind: WriteBehindSettings = WriteBehindSettings()
+    usage: UsageSettings = UsageSettings()
     instance_id: str = Field(
         "", description="Names this replica's Redis stream consumer; empty: the host name"
     )

@@ -196,3 +196,39 @@ async def test_clearing_a_session(hot_store: HotStore) -> None:
 
 async def test_ping_answers(hot_store: HotStore) -> None:
     assert await hot_store.ping() is True
+
+
+async def test_a_users_tasks_are_listed_and_nobody_elses(hot_store: HotStore) -> None:
+    user = uuid.uuid4().hex
+    first = TaskKey("default", user, "agent", "task-1")
+    odd = TaskKey("default", user, "", "task:with/odd*chars")
+    await hot_store.put_entry(first, entry("a"), 100, 10_000)
+    await hot_store.put_entry(odd, entry("b"), 100, 10_000)
+    await hot_store.put_entry(
+        TaskKey("default", uuid.uuid4().hex, "agent", "x"), entry("c"), 100, 10_000
+    )
+    await hot_store.put_entry(TaskKey("other-tenant", user, "agent", "y"), entry("d"), 100, 10_000)
+    assert set(await hot_store.list_tasks("default", user)) == {first, odd}
+
+
+async def test_a_cleared_task_is_no_longer_listed(hot_store: HotStore) -> None:
+    task = a_task()
+    await hot_store.put_entry(task, entry("a"), 100, 10_000)
+    await hot_store.clear_task(task)
+    assert await hot_store.list_tasks(task.tenant, task.user_id) == []
+
+
+async def test_a_users_sessions_are_listed_and_nobody_elses(hot_store: HotStore) -> None:
+    user = uuid.uuid4().hex
+    first = SessionKey("default", user, "s1")
+    odd = SessionKey("default", user, "s:2*?[x]")
+    for session in (first, odd, SessionKey("default", uuid.uuid4().hex, "s1")):
+        await hot_store.append_message(session, message(1), 100, 10_000, 60)
+    assert set(await hot_store.list_sessions("default", user)) == {first, odd}
+
+
+async def test_a_cleared_session_is_no_longer_listed(hot_store: HotStore) -> None:
+    session = a_session()
+    await hot_store.append_message(session, message(1), 100, 10_000, 60)
+    await hot_store.clear_session(session)
+    assert await hot_store.list_sessions(session.tenant, session.user_id) == []

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 
-from memoryd.core.errors import Unimplemented
+from memoryd.core.errors import FieldViolation, InvalidArgument, Unimplemented
 from memoryd.core.models import (
     AddCommand,
     AddResult,
+    ExportQuery,
     GetResult,
+    ImportResult,
     Lookup,
     MemoryRecord,
     PruneCommand,
@@ -20,10 +22,13 @@ from memoryd.core.models import (
     RetrieveResult,
     Scope,
     Tier,
+    UsageReport,
 )
 from memoryd.core.render_context import RenderedContext, render_memory_block
+from memoryd.core.text import utf8_len
 from memoryd.core.tier import TierHandler
 from memoryd.core.token_budget import TokenCounter, fit_to_budget
+from memoryd.core.usage import usage_report
 from memoryd.core.validation import (
     Violations,
     check_batch,
@@ -33,7 +38,10 @@ from memoryd.core.validation import (
     check_scope,
     resolve_top_k,
 )
-from memoryd.settings import LimitSettings, RetrievalSettings
+from memoryd.settings import LimitSettings, RetrievalSettings, UsageSettings
+
+# An invalid import is refused naming at most this many of its bad items.
+_MAX_REPORTED_ITEMS = 20
 
 # Tiers addressed by key as well as by id.
 _KEYED_TIERS = frozenset({Tier.WORKING, Tier.PERSONA})
@@ -46,11 +54,13 @@ class MemoryEngine:
         limits: LimitSettings,
         retrieval: RetrievalSettings,
         counter: TokenCounter,
+        usage: UsageSettings | None = None,
     ) -> None:
         self._tiers = dict(tiers)
         self._limits = limits
         self._retrieval = retrieval
         self._counter = counter
+        self._usage = usage or UsageSettings()
 
     def _tier(self, tier: Tier) -> TierHandler:
         handler = self._tiers.get(tier)
@@ -200,3 +210,96 @@ class MemoryEngine:
             result.per_tier[tier] = count
             result.deleted_count += count
         return result
+
+    def _export_tiers(self, query: ExportQuery) -> list[Tier]:
+        v = Violations()
+        check_scope(v, query.scope, self._limits)
+        v.raise_if_any()
+        tiers = list(dict.fromkeys(query.tiers)) or list(self._tiers)
+        return [self._tier(t).tier for t in tiers]
+
+    async def export_counts(self, query: ExportQuery) -> dict[Tier, int]:
+        """Items per tier an export of the user holds (for its header)."""
+        return {t: await self._tier(t).export_count(query.scope) for t in self._export_tiers(query)}
+
+    async def export_records(self, query: ExportQuery) -> AsyncIterator[MemoryRecord]:
+        """Every item of the user in the asked tiers, read from the stores page by page.
+
+        `include_archived` adds nothing yet: there is no cold archive in this version, so
+        every memory is still in its tier and already exported.
+        """
+        for tier in self._export_tiers(query):
+            async for page in self._tier(tier).export_pages(query.scope):
+                for record in page:
+                    yield record
+
+    @property
+    def max_import_items(self) -> int:
+        return self._limits.max_import_items
+
+    def check_import_scope(self, scope: Scope) -> None:
+        v = Violations()
+        check_scope(v, scope, self._limits)
+        v.raise_if_any()
+
+    def _check_item(self, record: MemoryRecord) -> list[FieldViolation]:
+        handler = self._tiers.get(record.tier)
+        if handler is None:
+            return [FieldViolation("tier", f"this server does not store {record.tier.value} items")]
+        problems = handler.check_restore(record)
+        if not record.id or utf8_len(record.id) > self._limits.max_id_bytes:
+            problems.append(FieldViolation("id", f"must be 1..{self._limits.max_id_bytes} bytes"))
+        if not record.content.strip():
+            problems.append(FieldViolation("content", "must not be empty"))
+        elif utf8_len(record.content) > self._limits.max_content_bytes:
+            problems.append(
+                FieldViolation("content", f"is over {self._limits.max_content_bytes:,} bytes")
+            )
+        if not 0.0 <= record.importance <= 1.0:
+            problems.append(FieldViolation("importance", "must be between 0 and 1"))
+        v = Violations()
+        check_metadata(v, "metadata", record.metadata, self._limits)
+        try:
+            v.raise_if_any()
+        except InvalidArgument as exc:
+            problems += exc.violations
+        return problems
+
+    async def import_records(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
+        """Validate every item first (an invalid import writes nothing), then restore each
+        tier's items under `scope`'s user: ids already there are skipped."""
+        self.check_import_scope(scope)
+        if len(records) > self._limits.max_import_items:
+            raise InvalidArgument.of(
+                "item", f"at most {self._limits.max_import_items:,} items per import"
+            )
+        bad: list[FieldViolation] = []
+        bad_items = 0
+        for i, record in enumerate(records):
+            problems = self._check_item(record)
+            if problems:
+                bad += [
+                    FieldViolation(f"item.{p.field}", f"item {i}: {p.description}")
+                    for p in problems
+                ]
+                bad_items += 1
+                if bad_items >= _MAX_REPORTED_ITEMS:
+                    break
+        if bad:
+            raise InvalidArgument(bad)
+        by_tier: dict[Tier, list[MemoryRecord]] = {}
+        for record in records:
+            by_tier.setdefault(record.tier, []).append(record)
+        result = ImportResult()
+        for tier, items in by_tier.items():
+            done = await self._tier(tier).restore(scope, items)
+            result.imported_count += done.imported_count
+            result.skipped_count += done.skipped_count
+        return result
+
+    async def usage(self, scope: Scope) -> UsageReport:
+        v = Violations()
+        check_scope(v, scope, self._limits)
+        v.raise_if_any()
+        tiers = [await handler.usage(scope) for handler in self._tiers.values()]
+        return usage_report(tiers, self._usage)

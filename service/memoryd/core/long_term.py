@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
-from memoryd.core.errors import QuotaExceeded, Unimplemented
+from memoryd.core.errors import FieldViolation, QuotaExceeded, Unimplemented
 from memoryd.core.locks import KeyedLocks
 from memoryd.core.models import (
     AddCommand,
     AddResult,
     GetResult,
+    ImportResult,
     Kind,
     Lookup,
     MemoryRecord,
@@ -23,11 +24,13 @@ from memoryd.core.models import (
     Scope,
     Source,
     Tier,
+    TierUsage,
 )
 from memoryd.core.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.tier import TierHits
+from memoryd.core.usage import quota_percent
 from memoryd.core.validation import Violations
-from memoryd.core.vector_memory import NewPoint, VectorMemory
+from memoryd.core.vector_memory import NewPoint, VectorMemory, check_vector_restore
 from memoryd.settings import LongTermSettings
 from memoryd.stores.vectors.port import MatchValue, Range
 
@@ -190,3 +193,33 @@ class LongTermTier:
         if cmd.dry_run:
             return await memory.call(memory.store.count, flt)
         return await memory.call(memory.store.delete_where, flt)
+
+    async def export_count(self, scope: Scope) -> int:
+        flt = self._memory.scope_filter(scope, Tier.LONG_TERM, live_only=False)
+        return await self._memory.call(self._memory.store.count, flt)
+
+    def export_pages(self, scope: Scope) -> AsyncIterator[list[MemoryRecord]]:
+        # Soft-deleted and expired memories too: an export is a full backup.
+        return self._memory.pages(self._memory.scope_filter(scope, Tier.LONG_TERM, live_only=False))
+
+    def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
+        problems = check_vector_restore(record)
+        if record.kind in _FOREIGN_KINDS:
+            problems.append(FieldViolation("kind", f"{record.kind.value} belongs to another tier"))
+        return problems
+
+    async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
+        return await self._memory.restore(scope, records, self._settings.compress_over_bytes)
+
+    async def usage(self, scope: Scope) -> TierUsage:
+        """Live memories (what the quota counts) and their content bytes."""
+        count, size = await self._memory.measure(self._memory.scope_filter(scope, Tier.LONG_TERM))
+        s = self._settings
+        return TierUsage(
+            Tier.LONG_TERM,
+            count=count,
+            bytes=size,
+            max_count=s.max_memories,
+            max_bytes=s.max_bytes,
+            percent=quota_percent(count, s.max_memories, size, s.max_bytes),
+        )

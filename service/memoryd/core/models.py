@@ -193,3 +193,45 @@ class PruneResult:
     archived_count: int = 0
     dry_run: bool = False
     per_tier: dict[Tier, int] = field(default_factory=dict)
+
+
+@dataclass
+class ExportQuery:
+    scope: Scope
+    # Empty means every tier the server stores.
+    tiers: list[Tier] = field(default_factory=list)
+    include_archived: bool = False
+
+
+@dataclass
+class TierUsage:
+    """What one tier holds for a user. Limits of 0 mean the tier has no quota."""
+
+    tier: Tier
+    count: int = 0
+    bytes: int = 0
+    max_count: int = 0
+    max_bytes: int = 0
+    percent: float = 0.0
+
+
+@dataclass(frozen=True)
+class UsageAlert:
+    tier: Tier
+    level: str  # "warning" or "critical"
+    percent: float
+    message: str
+
+
+@dataclass
+class UsageReport:
+    tiers: list[TierUsage]
+    alerts: list[UsageAlert]
+    estimated_monthly_cost_usd: float
+    quota_profile: str
+
+
+@dataclass
+class ImportResult:
+    imported_count: int = 0
+    skipped_count: int = 0

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
+from memoryd.core.errors import FieldViolation
 from memoryd.core.locks import KeyedLocks
 from memoryd.core.models import (
     AddCommand,
     AddResult,
     GetResult,
+    ImportResult,
     Kind,
     Lookup,
     MemoryRecord,
@@ -20,11 +22,13 @@ from memoryd.core.models import (
     Scope,
     Source,
     Tier,
+    TierUsage,
 )
 from memoryd.core.payload import content_hash, embed_text_of, to_payload
+from memoryd.core.text import utf8_len
 from memoryd.core.tier import TierHits
 from memoryd.core.validation import Violations, check_key
-from memoryd.core.vector_memory import NewPoint, VectorMemory
+from memoryd.core.vector_memory import NewPoint, VectorMemory, check_vector_restore
 from memoryd.settings import LimitSettings, LongTermSettings
 from memoryd.stores.vectors.port import Filter, MatchAny, MatchValue
 
@@ -135,3 +139,26 @@ class PersonaTier:
         if cmd.dry_run:
             return await memory.call(memory.store.count, flt)
         return await memory.call(memory.store.delete_where, flt)
+
+    async def export_count(self, scope: Scope) -> int:
+        flt = self._memory.scope_filter(scope, Tier.PERSONA, live_only=False)
+        return await self._memory.call(self._memory.store.count, flt)
+
+    def export_pages(self, scope: Scope) -> AsyncIterator[list[MemoryRecord]]:
+        return self._memory.pages(self._memory.scope_filter(scope, Tier.PERSONA, live_only=False))
+
+    def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
+        problems = check_vector_restore(record)
+        if not record.key:
+            problems.append(FieldViolation("key", "is required for persona items"))
+        elif utf8_len(record.key) > self._limits.max_key_bytes:
+            problems.append(FieldViolation("key", f"is over {self._limits.max_key_bytes} bytes"))
+        return problems
+
+    async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
+        return await self._memory.restore(scope, records, self._settings.compress_over_bytes)
+
+    async def usage(self, scope: Scope) -> TierUsage:
+        """Persona has no quota: limits and percent are 0."""
+        count, size = await self._memory.measure(self._memory.scope_filter(scope, Tier.PERSONA))
+        return TierUsage(Tier.PERSONA, count=count, bytes=size)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+from memoryd.core.errors import FieldViolation
 from memoryd.core.hot_errors import hot_store_calls
 from memoryd.core.hot_prune import metadata_matches, prune_hot
 from memoryd.core.models import (
     AddCommand,
     AddResult,
     GetResult,
+    ImportResult,
     Kind,
     Lookup,
     MemoryRecord,
@@ -20,9 +22,11 @@ from memoryd.core.models import (
     Role,
     Scope,
     Tier,
+    TierUsage,
 )
 from memoryd.core.text import overlap_score, utf8_len, words
 from memoryd.core.tier import TierHits
+from memoryd.core.usage import quota_percent
 from memoryd.core.validation import Violations
 from memoryd.settings import ShortTermSettings
 from memoryd.stores.hot.port import HotStore, SessionKey, SessionMessage
@@ -34,6 +38,10 @@ MessageListener = Callable[[Scope, MemoryRecord], Awaitable[None]]
 
 def session_of(scope: Scope) -> SessionKey:
     return SessionKey(scope.tenant, scope.user_id, scope.session_id)
+
+
+def scope_of(session: SessionKey) -> Scope:
+    return Scope(session.tenant, session.user_id, session_id=session.session_id)
 
 
 def _record(message: SessionMessage, scope: Scope, score: float = 0.0) -> MemoryRecord:
@@ -142,3 +150,82 @@ class ShortTermTier:
             clear=lambda: self._store.clear_session(session),
             delete=lambda ids: self._store.delete_messages(session, ids),
         )
+
+    async def _sessions(self, scope: Scope) -> list[SessionKey]:
+        with hot_store_calls():
+            return await self._store.list_sessions(scope.tenant, scope.user_id)
+
+    async def export_count(self, scope: Scope) -> int:
+        with hot_store_calls():
+            return sum(
+                [len(await self._store.list_messages(s)) for s in await self._sessions(scope)]
+            )
+
+    async def export_pages(self, scope: Scope) -> AsyncIterator[list[MemoryRecord]]:
+        for session in await self._sessions(scope):
+            with hot_store_calls():
+                messages = await self._store.list_messages(session)
+            if messages:
+                yield [_record(m, scope_of(session)) for m in messages]
+
+    def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
+        problems = []
+        if not record.session_id:
+            problems.append(FieldViolation("session_id", "is required for short-term items"))
+        if record.kind not in (Kind.UNSPECIFIED, Kind.MESSAGE):
+            problems.append(FieldViolation("kind", "short-term items are messages"))
+        if utf8_len(record.content) > self._settings.max_bytes:
+            problems.append(
+                FieldViolation("content", f"is over {self._settings.max_bytes:,} bytes per session")
+            )
+        return problems
+
+    async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
+        """Messages are appended to their session, oldest first, with their ids and times.
+        No durable long-term copy is queued: an export carries those copies itself."""
+        result = ImportResult()
+        by_session: dict[SessionKey, list[MemoryRecord]] = {}
+        for r in records:
+            by_session.setdefault(SessionKey(scope.tenant, scope.user_id, r.session_id), []).append(
+                r
+            )
+        s = self._settings
+        for session, items in by_session.items():
+            with hot_store_calls():
+                existing = {m.id for m in await self._store.list_messages(session)}
+            for r in sorted(items, key=lambda r: r.created_at):
+                if r.id in existing:
+                    result.skipped_count += 1
+                    continue
+                role = Role.USER if r.role is Role.UNSPECIFIED else r.role
+                message = SessionMessage(
+                    id=r.id,
+                    content=r.content,
+                    role=role.value,
+                    created_at=r.created_at,
+                    size=utf8_len(r.content),
+                    metadata=dict(r.metadata),
+                )
+                with hot_store_calls():
+                    await self._store.append_message(
+                        session, message, s.max_messages, s.max_bytes, s.ttl_seconds
+                    )
+                existing.add(r.id)
+                result.imported_count += 1
+        return result
+
+    async def usage(self, scope: Scope) -> TierUsage:
+        """Totals over the user's live sessions; the limits (and percent) are per session,
+        so percent is that of the fullest session."""
+        s = self._settings
+        usage = TierUsage(Tier.SHORT_TERM, max_count=s.max_messages, max_bytes=s.max_bytes)
+        for session in await self._sessions(scope):
+            with hot_store_calls():
+                messages = await self._store.list_messages(session)
+            size = sum(m.size for m in messages)
+            usage.count += len(messages)
+            usage.bytes += size
+            usage.percent = max(
+                usage.percent, quota_percent(len(messages), s.max_messages, size, s.max_bytes)
+            )
+        return usage

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from memoryd.core.errors import FieldViolation
 from memoryd.core.models import (
     AddCommand,
     AddResult,
     GetResult,
+    ImportResult,
     Lookup,
     MemoryRecord,
     PruneCommand,
     RetrieveQuery,
     Scope,
     Tier,
+    TierUsage,
 )
 from memoryd.core.validation import Violations
 
@@ -48,3 +52,21 @@ class TierHandler(Protocol):
     async def prune(self, cmd: PruneCommand) -> int:
         """Returns how many entries went (or would go, on dry_run)."""
         ...
+
+    async def export_count(self, scope: Scope) -> int:
+        """How many items an export of the user holds in this tier (deleted included)."""
+        ...
+
+    def export_pages(self, scope: Scope) -> AsyncIterator[list[MemoryRecord]]:
+        """Every item of the user in this tier, page by page, ready to restore."""
+        ...
+
+    def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
+        """What is wrong with an imported item; fields are relative to the item."""
+        ...
+
+    async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
+        """Write imported items under `scope`'s user; ids already there are skipped."""
+        ...
+
+    async def usage(self, scope: Scope) -> TierUsage: ...

@@ -7,16 +7,17 @@ never waits on them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from memoryd.core import bm25
-from memoryd.core.errors import StoreUnavailable
-from memoryd.core.models import Kind, MemoryRecord, Scope, Tier
-from memoryd.core.payload import from_payload
+from memoryd.core.errors import FieldViolation, StoreUnavailable
+from memoryd.core.models import ImportResult, Kind, MemoryRecord, Scope, Tier
+from memoryd.core.payload import content_hash, embed_text_of, from_payload, to_payload
 from memoryd.core.tier import TierHits
 from memoryd.settings import RetrievalSettings
 from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
@@ -34,7 +35,15 @@ from memoryd.stores.vectors.port import (
     VectorPoint,
     VectorStore,
     VectorStoreError,
+    canonical_id,
 )
+
+# Points read per scroll page when exporting or measuring a user's memories.
+PAGE_SIZE = 256
+# Memories embedded and upserted per batch on import.
+_IMPORT_BATCH = 64
+# Derives the id an imported memory takes when its own id belongs to another user.
+_IMPORT_NAMESPACE = uuid.UUID("0b7e2c55-1a8f-4d3c-b6a2-9e4f7d21c3a8")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -139,6 +148,63 @@ class VectorMemory:
         )
         return [from_payload(p.id, p.payload) for p in points]
 
+    async def pages(self, flt: Filter) -> AsyncIterator[list[MemoryRecord]]:
+        """Every matching memory, one scroll page at a time (never all in memory)."""
+        offset: str | None = None
+        while True:
+            points, offset = await self.call(self.store.scroll, flt, limit=PAGE_SIZE, offset=offset)
+            if points:
+                yield [from_payload(p.id, p.payload) for p in points]
+            if offset is None:
+                return
+
+    async def measure(self, flt: Filter) -> tuple[int, int]:
+        """How many memories match, and their content bytes (payload `size`), paging."""
+        count = size = 0
+        offset: str | None = None
+        while True:
+            points, offset = await self.call(self.store.scroll, flt, limit=PAGE_SIZE, offset=offset)
+            count += len(points)
+            size += sum(int(p.payload.get("size", 0)) for p in points)
+            if offset is None:
+                return count, size
+
+    async def restore(
+        self, scope: Scope, records: Sequence[MemoryRecord], compress_over_bytes: int
+    ) -> ImportResult:
+        """Re-embed and upsert imported memories under `scope`'s user, keeping their ids,
+        times and payload. An id the user already has is skipped; an id that belongs to
+        another user or tenant is never overwritten: the memory takes an id derived from
+        it (the same on every import, so importing twice still skips)."""
+        result = ImportResult()
+        seen: set[str] = set()
+        for start in range(0, len(records), _IMPORT_BATCH):
+            batch = records[start : start + _IMPORT_BATCH]
+            ids = [canonical_id(r.id) for r in batch]
+            known = {p.id: p.payload for p in await self.call(self.store.retrieve, ids)}
+            targets = [
+                (i if i not in known or _owned(known[i], scope) else _derived(scope, i), r)
+                for i, r in zip(ids, batch, strict=True)
+            ]
+            derived = [i for i, _ in targets if i not in known]
+            if derived:
+                found = await self.call(self.store.retrieve, derived)
+                known |= {p.id: p.payload for p in found}
+            points: list[NewPoint] = []
+            for point_id, record in targets:
+                if point_id in known or point_id in seen:
+                    result.skipped_count += 1
+                    continue
+                seen.add(point_id)
+                restored = dataclasses.replace(record, id=point_id, score=0.0, archived=False)
+                digest = content_hash(scope, record.tier, record.key, record.content)
+                payload = to_payload(restored, scope, digest, compress_over_bytes)
+                payload["deleted"] = record.deleted
+                points.append(NewPoint(restored, payload, embed_text_of(payload)))
+            await self.insert(points)
+            result.imported_count += len(points)
+        return result
+
     async def by_ids(self, flt: Filter, ids: Sequence[str]) -> list[MemoryRecord]:
         valid = [i for i in ids if _is_uuid(i)]
         if not valid:
@@ -193,6 +259,21 @@ class VectorMemory:
                 scored.append(record)
         scored.sort(key=lambda r: r.score, reverse=True)
         return TierHits(items=scored[:top_k], total=len(scored), embedding_ms=embedding_ms)
+
+
+def check_vector_restore(record: MemoryRecord) -> list[FieldViolation]:
+    """Vector store point ids are UUIDs."""
+    if _is_uuid(record.id):
+        return []
+    return [FieldViolation("id", "must be a UUID for long-term and persona items")]
+
+
+def _owned(payload: Mapping[str, Any], scope: Scope) -> bool:
+    return payload.get("tenant") == scope.tenant and payload.get("user_id") == scope.user_id
+
+
+def _derived(scope: Scope, point_id: str) -> str:
+    return str(uuid.uuid5(_IMPORT_NAMESPACE, "\x00".join((scope.tenant, scope.user_id, point_id))))
 
 
 def _cosine(query: Sequence[float] | None, vector: Sequence[float] | None) -> float:

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
-from memoryd.core.errors import QuotaExceeded
+from memoryd.core.errors import FieldViolation, QuotaExceeded
 from memoryd.core.hot_errors import hot_store_calls
 from memoryd.core.hot_prune import metadata_matches, prune_hot
 from memoryd.core.models import (
     AddCommand,
     AddResult,
     GetResult,
+    ImportResult,
     Kind,
     Lookup,
     MemoryRecord,
@@ -20,9 +21,11 @@ from memoryd.core.models import (
     RetrieveQuery,
     Scope,
     Tier,
+    TierUsage,
 )
 from memoryd.core.text import overlap_score, utf8_len, words
 from memoryd.core.tier import TierHits
+from memoryd.core.usage import quota_percent
 from memoryd.core.validation import Violations, check_key
 from memoryd.settings import LimitSettings, WorkingSettings
 from memoryd.stores.hot.port import EntryLimitReached, HotStore, TaskKey, WorkingEntry
@@ -32,6 +35,10 @@ _ID_NAMESPACE = uuid.UUID("6f1c1f8e-3b7a-4d0e-9a43-5f2b8c1d7e10")
 
 def task_of(scope: Scope) -> TaskKey:
     return TaskKey(scope.tenant, scope.user_id, scope.agent_id, scope.task_id)
+
+
+def scope_of(task: TaskKey) -> Scope:
+    return Scope(task.tenant, task.user_id, agent_id=task.agent_id, task_id=task.task_id)
 
 
 def entry_id(scope: Scope, key: str) -> str:
@@ -95,6 +102,18 @@ class WorkingTier:
     def can_retrieve(self, scope: Scope) -> bool:
         return bool(scope.task_id)
 
+    def _full(self, scope: Scope) -> QuotaExceeded:
+        max_entries = self._settings.max_entries
+        return QuotaExceeded(
+            subject=f"working:{scope.user_id}/{scope.task_id}",
+            limit_name="working.max_entries",
+            limit=max_entries,
+            message=(
+                f"working memory of this task is full (max: {max_entries:,} entries); "
+                "delete keys you no longer need or end the task"
+            ),
+        )
+
     async def add(self, cmd: AddCommand) -> AddResult:
         now = self._clock()
         entry = WorkingEntry(
@@ -115,15 +134,7 @@ class WorkingTier:
                     task_of(cmd.scope), entry, max_entries, self._settings.max_bytes
                 )
         except EntryLimitReached:
-            raise QuotaExceeded(
-                subject=f"working:{cmd.scope.user_id}/{cmd.scope.task_id}",
-                limit_name="working.max_entries",
-                limit=max_entries,
-                message=(
-                    f"working memory of this task is full (max: {max_entries:,} entries); "
-                    "delete keys you no longer need or end the task"
-                ),
-            ) from None
+            raise self._full(cmd.scope) from None
         return AddResult(
             memory_id=entry.id,
             operation=Operation.UPDATED if outcome.replaced else Operation.ADD,
@@ -181,6 +192,87 @@ class WorkingTier:
             clear=lambda: self._store.clear_task(task),
             delete=lambda keys: self._store.delete_entries(task, keys),
         )
+
+    async def _tasks(self, scope: Scope) -> list[TaskKey]:
+        with hot_store_calls():
+            return await self._store.list_tasks(scope.tenant, scope.user_id)
+
+    async def export_count(self, scope: Scope) -> int:
+        with hot_store_calls():
+            return sum([len(await self._store.list_entries(t)) for t in await self._tasks(scope)])
+
+    async def export_pages(self, scope: Scope) -> AsyncIterator[list[MemoryRecord]]:
+        for task in await self._tasks(scope):
+            with hot_store_calls():
+                entries = await self._store.list_entries(task)
+            # Least recently used first: restoring in stream order rebuilds the recency.
+            yield [_record(e, scope_of(task)) for e in reversed(entries)]
+
+    def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
+        problems = []
+        if not record.task_id:
+            problems.append(FieldViolation("task_id", "is required for working items"))
+        if not record.key:
+            problems.append(FieldViolation("key", "is required for working items"))
+        elif utf8_len(record.key) > self._limits.max_key_bytes:
+            problems.append(FieldViolation("key", f"is over {self._limits.max_key_bytes} bytes"))
+        if entry_size(record.key, record.content, record.metadata) > self._settings.max_bytes:
+            problems.append(
+                FieldViolation("content", f"is over {self._settings.max_bytes:,} bytes per task")
+            )
+        return problems
+
+    async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
+        """Entries go under their own agent and task, for the importing user."""
+        result = ImportResult()
+        by_task: dict[TaskKey, list[MemoryRecord]] = {}
+        for r in records:
+            task = TaskKey(scope.tenant, scope.user_id, r.agent_id, r.task_id)
+            by_task.setdefault(task, []).append(r)
+        for task, items in by_task.items():
+            with hot_store_calls():
+                existing = {e.id for e in await self._store.list_entries(task)}
+            for r in items:
+                if r.id in existing:
+                    result.skipped_count += 1
+                    continue
+                entry = WorkingEntry(
+                    key=r.key,
+                    id=r.id,
+                    content=r.content,
+                    size=entry_size(r.key, r.content, r.metadata),
+                    kind=r.kind.value if r.kind is not Kind.UNSPECIFIED else "",
+                    metadata=dict(r.metadata),
+                    importance=r.importance,
+                    created_at=r.created_at,
+                    updated_at=r.updated_at,
+                )
+                try:
+                    with hot_store_calls():
+                        await self._store.put_entry(
+                            task, entry, self._settings.max_entries, self._settings.max_bytes
+                        )
+                except EntryLimitReached:
+                    raise self._full(scope_of(task)) from None
+                existing.add(r.id)
+                result.imported_count += 1
+        return result
+
+    async def usage(self, scope: Scope) -> TierUsage:
+        """Totals over the user's tasks; the limits (and percent) are per task, so percent
+        is that of the fullest task."""
+        s = self._settings
+        usage = TierUsage(Tier.WORKING, max_count=s.max_entries, max_bytes=s.max_bytes)
+        for task in await self._tasks(scope):
+            with hot_store_calls():
+                entries = await self._store.list_entries(task)
+            size = sum(e.size for e in entries)
+            usage.count += len(entries)
+            usage.bytes += size
+            usage.percent = max(
+                usage.percent, quota_percent(len(entries), s.max_entries, size, s.max_bytes)
+            )
+        return usage
 
 
 def _matches(entry: WorkingEntry, query: RetrieveQuery) -> bool:

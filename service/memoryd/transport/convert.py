@@ -12,6 +12,7 @@ from memoryd.core.errors import InvalidArgument
 from memoryd.core.models import (
     AddCommand,
     AddResult,
+    ExportQuery,
     GetResult,
     Kind,
     Lookup,
@@ -28,6 +29,8 @@ from memoryd.core.models import (
     Scope,
     Source,
     Tier,
+    TierUsage,
+    UsageReport,
 )
 from memoryd.core.render_context import RenderedContext
 from memoryd.v1 import memory_pb2 as pb
@@ -233,4 +236,79 @@ def prune_response(result: PruneResult) -> pb.PruneResponse:
             pb.TierCount(tier=enum_to_proto(t), count=c)  # type: ignore[arg-type]
             for t, c in result.per_tier.items()
         ],
+    )
+
+
+def export_query(req: pb.ExportRequest, principal: Principal) -> ExportQuery:
+    return ExportQuery(
+        scope=scope_from_proto(req.scope, principal),
+        tiers=tiers_from_proto(req.tiers),
+        include_archived=req.include_archived,
+    )
+
+
+def export_header(user_id: str, exported_at: float, counts: dict[Tier, int]) -> pb.ExportHeader:
+    header = pb.ExportHeader(
+        user_id=user_id,
+        counts=[
+            pb.TierCount(tier=enum_to_proto(t), count=c)  # type: ignore[arg-type]
+            for t, c in counts.items()
+        ],
+        total=sum(counts.values()),
+        format_version=EXPORT_FORMAT_VERSION,
+    )
+    header.exported_at.CopyFrom(_timestamp(exported_at))
+    return header
+
+
+EXPORT_FORMAT_VERSION = "1"
+
+
+def record_from_item(item: pb.MemoryItem) -> MemoryRecord:
+    """An imported item; its tier must be named. Field names are those of the item."""
+    return MemoryRecord(
+        id=item.id,
+        tier=tier_from_proto(item.tier, "item.tier"),
+        content=item.content,
+        kind=enum_from_proto(Kind, item.kind, "item.kind"),
+        key=item.key,
+        metadata=dict(item.metadata),
+        importance=item.importance,
+        created_at=_seconds(item.created_at) if item.HasField("created_at") else 0.0,
+        updated_at=_seconds(item.updated_at) if item.HasField("updated_at") else 0.0,
+        expires_at=_seconds(item.expires_at) if item.HasField("expires_at") else None,
+        source=enum_from_proto(Source, item.source, "item.source"),
+        role=enum_from_proto(Role, item.role, "item.role"),
+        agent_id=item.agent_id,
+        session_id=item.session_id,
+        task_id=item.task_id,
+        deleted=item.deleted,
+    )
+
+
+def _tier_usage(usage: TierUsage) -> pb.TierUsage:
+    return pb.TierUsage(
+        tier=enum_to_proto(usage.tier),  # type: ignore[arg-type]
+        count=usage.count,
+        bytes=usage.bytes,
+        max_count=usage.max_count,
+        max_bytes=usage.max_bytes,
+        percent=usage.percent,
+    )
+
+
+def usage_response(report: UsageReport) -> pb.UsageResponse:
+    return pb.UsageResponse(
+        tiers=[_tier_usage(t) for t in report.tiers],
+        alerts=[
+            pb.UsageAlert(
+                tier=enum_to_proto(a.tier),  # type: ignore[arg-type]
+                level=a.level,
+                percent=a.percent,
+                message=a.message,
+            )
+            for a in report.alerts
+        ],
+        estimated_monthly_cost_usd=report.estimated_monthly_cost_usd,
+        quota_profile=report.quota_profile,
     )

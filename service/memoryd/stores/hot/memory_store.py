@@ -127,6 +127,23 @@ class InProcessHotStore:
         state = self._sessions.pop(session, None)
         return len(state.messages) if state else 0
 
+    async def list_tasks(self, tenant: str, user_id: str) -> list[TaskKey]:
+        return [
+            task
+            for task, entries in self._tasks.items()
+            if entries and (task.tenant, task.user_id) == (tenant, user_id)
+        ]
+
+    async def list_sessions(self, tenant: str, user_id: str) -> list[SessionKey]:
+        now = time.monotonic()
+        return [
+            key
+            for key in list(self._sessions)
+            if (key.tenant, key.user_id) == (tenant, user_id)
+            and (state := self._live_session(key, now)) is not None
+            and state.messages
+        ]
+
     async def ping(self) -> bool:
         return True
 

@@ -117,6 +117,14 @@ class HotStore(Protocol):
 
     async def clear_session(self, session: SessionKey) -> int: ...
 
+    async def list_tasks(self, tenant: str, user_id: str) -> list[TaskKey]:
+        """Every task scope of the user that holds at least one entry (any order)."""
+        ...
+
+    async def list_sessions(self, tenant: str, user_id: str) -> list[SessionKey]:
+        """Every live session of the user that holds at least one message (any order)."""
+        ...
+
     async def ping(self) -> bool:
         """True when the store answers."""
         ...

@@ -11,7 +11,7 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -153,6 +153,18 @@ def session_keys(session: SessionKey) -> tuple[str, str, str]:
     return f"{base}:msgs", f"{base}:sizes", f"{base}:bytes"
 
 
+# Keys SCAN asks for per round trip when listing a user's tasks and sessions.
+_SCAN_COUNT = 500
+
+
+def _key_parts(key: bytes | str, prefix: str, suffix: str) -> list[str] | None:
+    """The escaped parts between `prefix` and `suffix` of a key, unescaped."""
+    text = key.decode() if isinstance(key, bytes) else key
+    if not (text.startswith(prefix) and text.endswith(suffix)):
+        return None
+    return [unquote(p) for p in text[len(prefix) : len(text) - len(suffix)].split(":")]
+
+
 def _entry_from(doc: bytes | str) -> WorkingEntry:
     return WorkingEntry(**json.loads(doc))
 
@@ -283,6 +295,31 @@ class RedisHotStore:
             return int(count)
 
         return await self._call(clear)
+
+    async def _scan(self, pattern: str) -> list[bytes]:
+        async def scan() -> list[bytes]:
+            return [k async for k in self._redis.scan_iter(match=pattern, count=_SCAN_COUNT)]
+
+        return await self._call(scan)
+
+    async def list_tasks(self, tenant: str, user_id: str) -> list[TaskKey]:
+        # Ids are %-escaped in keys, so the user's prefix holds no glob characters.
+        prefix = f"{user_prefix(tenant, user_id)}:wm:"
+        tasks = set()
+        for key in await self._scan(f"{prefix}*:data"):
+            parts = _key_parts(key, prefix, ":data")
+            if parts is not None and len(parts) == 2:
+                tasks.add(TaskKey(tenant, user_id, parts[0], parts[1]))
+        return sorted(tasks, key=lambda t: (t.agent_id, t.task_id))
+
+    async def list_sessions(self, tenant: str, user_id: str) -> list[SessionKey]:
+        prefix = f"{user_prefix(tenant, user_id)}:st:"
+        sessions = set()
+        for key in await self._scan(f"{prefix}*:msgs"):
+            parts = _key_parts(key, prefix, ":msgs")
+            if parts is not None and len(parts) == 1:
+                sessions.add(SessionKey(tenant, user_id, parts[0]))
+        return sorted(sessions, key=lambda s: s.session_id)
 
     async def ping(self) -> bool:
         try:
