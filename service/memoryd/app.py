@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
+from memoryd.core.cold_archive import ColdArchive
 from memoryd.core.engine import MemoryEngine
 from memoryd.core.long_term import LongTermTier
+from memoryd.core.maintenance import Maintenance, MaintenanceLoop
 from memoryd.core.persona import PersonaTier
 from memoryd.core.short_term import ShortTermTier
 from memoryd.core.tier import TierHandler
@@ -22,6 +24,7 @@ from memoryd.core.vector_memory import VectorMemory
 from memoryd.core.working import WorkingTier
 from memoryd.core.write_behind import ConversationCopier
 from memoryd.settings import Settings
+from memoryd.stores.archive.jsonl_store import JsonlArchiveStore
 from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
 from memoryd.stores.hot.memory_store import InProcessHotStore
@@ -47,13 +50,17 @@ class App:
     engine: MemoryEngine
     copier: ConversationCopier
     vectors: VectorStore
+    maintenance: Maintenance
+    maintenance_loop: MaintenanceLoop
     probes: dict[str, Probe] = field(default_factory=dict)
     closers: list[Closer] = field(default_factory=list)
 
     async def start(self) -> None:
         self.copier.start()
+        self.maintenance_loop.start()
 
     async def close(self) -> None:
+        await self.maintenance_loop.stop()
         await self.copier.stop()
         for close in reversed(self.closers):
             log.debug("closing %s", close)
@@ -165,7 +172,8 @@ async def build_app(
     hot = build_hot_store(settings)
     queue = build_queue(settings)
     memory = VectorMemory(vectors, embedder, settings.retrieval, clock)
-    long_term = LongTermTier(memory, settings.long_term, clock)
+    archive = ColdArchive(JsonlArchiveStore(settings.data_dir / "archive"), clock)
+    long_term = LongTermTier(memory, settings.long_term, clock, archive)
     copier = ConversationCopier(queue, long_term, settings.write_behind)
     tiers: list[TierHandler] = [
         WorkingTier(hot, settings.working, settings.limits, clock),
@@ -179,7 +187,9 @@ async def build_app(
         settings.retrieval,
         TokenCounter(),
         settings.usage,
+        archive,
     )
+    maintenance = Maintenance(memory, long_term, settings.retention)
 
     async def vectors_up() -> bool:
         return await asyncio.to_thread(vectors.healthy)
@@ -191,6 +201,10 @@ async def build_app(
         engine=engine,
         copier=copier,
         vectors=vectors,
+        maintenance=maintenance,
+        maintenance_loop=MaintenanceLoop(
+            maintenance.run_once, settings.retention.maintenance_interval_seconds
+        ),
         probes={"memoryd.hot_store": hot.ping, "memoryd.vector_store": vectors_up},
         closers=[close_vectors, hot.close, queue.close],
     )

@@ -21,6 +21,11 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("serve", help="run the gRPC server")
     run.add_argument("--listen", help="host:port (default from MEMORYD_LISTEN)")
     commands.add_parser(
+        "maintain",
+        help="archive memories past their retention and purge expired/deleted ones, once "
+        "(server stopped)",
+    )
+    commands.add_parser(
         "reindex", help="re-embed every memory with the configured embedder (server stopped)"
     )
     return parser
@@ -39,6 +44,19 @@ def _reindex(settings: Settings) -> int:
     return 0
 
 
+async def _maintain(settings: Settings) -> None:
+    app = await build_app(settings)
+    try:
+        report = await app.maintenance.run_once()
+    finally:
+        await app.close()
+    print(
+        f"maintenance done: {report.users:,} users, {report.archived:,} memories archived "
+        f"(older than {settings.retention.long_term_archive_after_days} days), "
+        f"{report.purged:,} expired or deleted memories purged"
+    )
+
+
 async def _serve(settings: Settings) -> None:
     app = await build_app(settings)
     await serve(settings, app)
@@ -54,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             asyncio.run(_serve(settings))
+        elif args.command == "maintain":
+            asyncio.run(_maintain(settings))
         elif args.command == "reindex":
             return _reindex(settings)
     except StartupRefused as exc:

@@ -97,6 +97,24 @@ class LongTermSettings(BaseModel):
     )
 
 
+class RetentionSettings(BaseModel):
+    """RT-005 retention: when a tier's memories move to the cold archive, and how often the
+    server's maintenance runs (short-term TTL is enforced by the hot store itself)."""
+
+    long_term_archive_after_days: int = Field(
+        365, ge=1, description="Long-term memories older than this are archived"
+    )
+    structured_archive_after_days: int = Field(
+        180, ge=1, description="Structured documents older than this are archived"
+    )
+    episodic_archive_after_days: int = Field(
+        90, ge=1, description="Episodes older than this are archived"
+    )
+    maintenance_interval_seconds: float = Field(
+        3600.0, ge=0, description="Seconds between maintenance runs in the server; 0 disables"
+    )
+
+
 class UsageSettings(BaseModel):
     """Usage report: alert thresholds and storage prices.
 
@@ -146,6 +164,7 @@ class Settings(BaseSettings):
     long_term: LongTermSettings = LongTermSettings()
     write_behind: WriteBehindSettings = WriteBehindSettings()
     usage: UsageSettings = UsageSettings()
+    retention: RetentionSettings = RetentionSettings()
     instance_id: str = Field(
         "", description="Names this replica's Redis stream consumer; empty: the host name"
     )

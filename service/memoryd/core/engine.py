@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 
+from memoryd.core.cold_archive import ColdArchive
 from memoryd.core.errors import FieldViolation, InvalidArgument, Unimplemented
 from memoryd.core.models import (
     AddCommand,
@@ -55,8 +56,10 @@ class MemoryEngine:
         retrieval: RetrievalSettings,
         counter: TokenCounter,
         usage: UsageSettings | None = None,
+        archive: ColdArchive | None = None,
     ) -> None:
         self._tiers = dict(tiers)
+        self._archive = archive
         self._limits = limits
         self._retrieval = retrieval
         self._counter = counter
@@ -208,7 +211,10 @@ class MemoryEngine:
         for tier in dict.fromkeys(cmd.tiers):
             count = await self._tier(tier).prune(cmd)
             result.per_tier[tier] = count
-            result.deleted_count += count
+            if cmd.strategy is PruneStrategy.ARCHIVE_OLDER_THAN:
+                result.archived_count += count
+            else:
+                result.deleted_count += count
         return result
 
     def _export_tiers(self, query: ExportQuery) -> list[Tier]:
@@ -219,18 +225,26 @@ class MemoryEngine:
         return [self._tier(t).tier for t in tiers]
 
     async def export_counts(self, query: ExportQuery) -> dict[Tier, int]:
-        """Items per tier an export of the user holds (for its header)."""
-        return {t: await self._tier(t).export_count(query.scope) for t in self._export_tiers(query)}
+        """Items per tier an export of the user holds (for its header), archived ones
+        included when asked."""
+        counts: dict[Tier, int] = {}
+        for tier in self._export_tiers(query):
+            counts[tier] = await self._tier(tier).export_count(query.scope)
+            if query.include_archived and self._archive is not None:
+                counts[tier] += await self._archive.count(query.scope, tier)
+        return counts
 
     async def export_records(self, query: ExportQuery) -> AsyncIterator[MemoryRecord]:
-        """Every item of the user in the asked tiers, read from the stores page by page.
-
-        `include_archived` adds nothing yet: there is no cold archive in this version, so
-        every memory is still in its tier and already exported.
-        """
-        for tier in self._export_tiers(query):
+        """Every item of the user in the asked tiers, read from the stores page by page;
+        with `include_archived`, then each tier's archived items (marked `archived`)."""
+        tiers = self._export_tiers(query)
+        for tier in tiers:
             async for page in self._tier(tier).export_pages(query.scope):
                 for record in page:
+                    yield record
+        if query.include_archived and self._archive is not None:
+            for tier in tiers:
+                async for record in self._archive.records(query.scope, tier):
                     yield record
 
     @property

@@ -6,6 +6,7 @@ import math
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 
+from memoryd.core.cold_archive import ColdArchive
 from memoryd.core.errors import FieldViolation, QuotaExceeded, Unimplemented
 from memoryd.core.locks import KeyedLocks
 from memoryd.core.models import (
@@ -30,9 +31,11 @@ from memoryd.core.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.tier import TierHits
 from memoryd.core.usage import quota_percent
 from memoryd.core.validation import Violations
-from memoryd.core.vector_memory import NewPoint, VectorMemory, check_vector_restore
+from memoryd.core.vector_memory import PAGE_SIZE, NewPoint, VectorMemory, check_vector_restore
 from memoryd.settings import LongTermSettings
 from memoryd.stores.vectors.port import MatchValue, Range
+
+_DAY_S = 86_400.0
 
 # Kinds that belong to other tiers.
 _FOREIGN_KINDS = frozenset({Kind.EPISODE, Kind.ENTITY, Kind.RELATION, Kind.DOCUMENT})
@@ -42,11 +45,16 @@ class LongTermTier:
     tier = Tier.LONG_TERM
 
     def __init__(
-        self, memory: VectorMemory, settings: LongTermSettings, clock: Callable[[], float]
+        self,
+        memory: VectorMemory,
+        settings: LongTermSettings,
+        clock: Callable[[], float],
+        archive: ColdArchive | None = None,
     ) -> None:
         self._memory = memory
         self._settings = settings
         self._clock = clock
+        self._archive = archive
         self._locks = KeyedLocks()
 
     def check_add(self, cmd: AddCommand, v: Violations) -> None:
@@ -165,10 +173,40 @@ class LongTermTier:
             await self._memory.call(self._memory.store.set_payload, ids, patch)
         return len(ids)
 
+    async def _archive_older_than(self, cmd: PruneCommand) -> int:
+        """Move live memories created more than `older_than_days` ago to the cold archive
+        (written durably first, then removed from the vector store and its index)."""
+        memory, scope = self._memory, cmd.scope
+        cutoff = self._clock() - cmd.older_than_days * _DAY_S
+        old = memory.scope_filter(scope, Tier.LONG_TERM, extra=[Range("created_at", lt=cutoff)])
+        if cmd.dry_run:
+            return await memory.call(memory.store.count, old)
+        if self._archive is None:
+            raise Unimplemented("archiving: this server has no cold archive")
+        moved = 0
+        async with self._locks((scope.tenant, scope.user_id)):
+            while batch := await memory.records(old, PAGE_SIZE, newest_first=False):
+                await self._archive.put(scope, Tier.LONG_TERM, batch)
+                await memory.call(memory.store.delete, [r.id for r in batch])
+                moved += len(batch)
+        return moved
+
     async def prune(self, cmd: PruneCommand) -> int:
         memory, scope = self._memory, cmd.scope
+        if cmd.strategy is PruneStrategy.ARCHIVE_OLDER_THAN:
+            return await self._archive_older_than(cmd)
         if cmd.strategy is PruneStrategy.ALL:
+            # Erasure reaches the cold archive too.
             flt = memory.scope_filter(scope, Tier.LONG_TERM, live_only=False)
+            archived = 0
+            if self._archive is not None:
+                if cmd.dry_run:
+                    archived = await self._archive.count(scope, Tier.LONG_TERM)
+                else:
+                    archived = await self._archive.erase(scope, Tier.LONG_TERM)
+            if cmd.dry_run:
+                return archived + await memory.call(memory.store.count, flt)
+            return archived + await memory.call(memory.store.delete_where, flt)
         elif cmd.strategy is PruneStrategy.BY_FILTER:
             flt = memory.scope_filter(scope, Tier.LONG_TERM, live_only=False, metadata=cmd.filters)
         elif cmd.strategy is PruneStrategy.EXPIRED:

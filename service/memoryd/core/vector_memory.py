@@ -158,6 +158,17 @@ class VectorMemory:
             if offset is None:
                 return
 
+    async def owners(self, tier: Tier) -> list[tuple[str, str]]:
+        """Every (tenant, user_id) having memories of `tier`, read page by page."""
+        found: set[tuple[str, str]] = set()
+        flt = Filter(must=[MatchValue("tier", tier.value)])
+        offset: str | None = None
+        while True:
+            points, offset = await self.call(self.store.scroll, flt, limit=PAGE_SIZE, offset=offset)
+            found.update((str(p.payload["tenant"]), str(p.payload["user_id"])) for p in points)
+            if offset is None:
+                return sorted(found)
+
     async def measure(self, flt: Filter) -> tuple[int, int]:
         """How many memories match, and their content bytes (payload `size`), paging."""
         count = size = 0
