@@ -57,8 +57,11 @@ def user_id() -> str:
 
 
 class RunningServer:
-    def __init__(self, server: MemorydServer, app: App, channel: grpc.aio.Channel) -> None:
+    def __init__(
+        self, server: MemorydServer, app: App, channel: grpc.aio.Channel, port: int = 0
+    ) -> None:
         self.server = server
+        self.port = port
         self.app = app
         self.channel = channel
         self.stub = memory_pb2_grpc.MemoryServiceStub(channel)
@@ -88,7 +91,7 @@ async def start_server(tmp_path: Path, embedder: Embedder) -> AsyncIterator[Serv
         server = MemorydServer(settings, app, health_interval_s=0.2)
         port = await server.start()
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-        handle = RunningServer(server, app, channel)
+        handle = RunningServer(server, app, channel, port)
         running.append(handle)
         return handle
 

@@ -14,9 +14,11 @@ import redis.asyncio as aioredis
 
 from memoryd.core.cold_archive import ColdArchive
 from memoryd.core.engine import MemoryEngine
+from memoryd.core.erasure import Erasure
 from memoryd.core.long_term import LongTermTier
 from memoryd.core.maintenance import Maintenance, MaintenanceLoop
 from memoryd.core.persona import PersonaTier
+from memoryd.core.quotas import QuotaProfiles
 from memoryd.core.short_term import ShortTermTier
 from memoryd.core.tier import TierHandler
 from memoryd.core.token_budget import TokenCounter
@@ -25,6 +27,9 @@ from memoryd.core.working import WorkingTier
 from memoryd.core.write_behind import ConversationCopier
 from memoryd.settings import Settings
 from memoryd.stores.archive.jsonl_store import JsonlArchiveStore
+from memoryd.stores.audit.jsonl_log import JsonlAuditLog
+from memoryd.stores.backup.file_store import FileBackupStore
+from memoryd.stores.backup.port import BackupStore
 from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
 from memoryd.stores.hot.memory_store import InProcessHotStore
@@ -54,6 +59,9 @@ class App:
     maintenance_loop: MaintenanceLoop
     probes: dict[str, Probe] = field(default_factory=dict)
     closers: list[Closer] = field(default_factory=list)
+    # For `memoryd backup`/`restore`: who has memories, and where backups go.
+    memory: VectorMemory | None = None
+    backups: BackupStore | None = None
 
     async def start(self) -> None:
         self.copier.start()
@@ -173,7 +181,10 @@ async def build_app(
     queue = build_queue(settings)
     memory = VectorMemory(vectors, embedder, settings.retrieval, clock)
     archive = ColdArchive(JsonlArchiveStore(settings.data_dir / "archive"), clock)
-    long_term = LongTermTier(memory, settings.long_term, clock, archive)
+    quotas = QuotaProfiles(settings.quotas, settings.long_term)
+    long_term = LongTermTier(
+        memory, settings.long_term, clock, archive, quotas, settings.limits.max_content_bytes
+    )
     copier = ConversationCopier(queue, long_term, settings.write_behind)
     tiers: list[TierHandler] = [
         WorkingTier(hot, settings.working, settings.limits, clock),
@@ -181,6 +192,14 @@ async def build_app(
         long_term,
         PersonaTier(memory, settings.long_term, settings.limits, clock),
     ]
+    backups = FileBackupStore(settings.data_dir / "backups")
+    erasure = Erasure(
+        {t.tier: t for t in tiers},
+        JsonlAuditLog(settings.data_dir / "audit" / "erasures.jsonl"),
+        clock,
+        backups=backups,
+        flush=copier.drain,
+    )
     engine = MemoryEngine(
         {t.tier: t for t in tiers},
         settings.limits,
@@ -188,6 +207,7 @@ async def build_app(
         TokenCounter(),
         settings.usage,
         archive,
+        erasure,
     )
     maintenance = Maintenance(memory, long_term, settings.retention)
 
@@ -207,4 +227,6 @@ async def build_app(
         ),
         probes={"memoryd.hot_store": hot.ping, "memoryd.vector_store": vectors_up},
         closers=[close_vectors, hot.close, queue.close],
+        memory=memory,
+        backups=backups,
     )

@@ -6,11 +6,17 @@ import argparse
 import asyncio
 import logging
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from memoryd.app import StartupRefused, build_app, build_embedder
+from memoryd.app import App, StartupRefused, build_app, build_embedder
+from memoryd.backup import BackupCorrupt, backup, restore
+from memoryd.client_commands import add_client_commands, run_client_command
+from memoryd.core.vector_memory import VectorMemory
 from memoryd.reindex import ReindexRefused, reindex
 from memoryd.settings import Settings, load_settings
+from memoryd.stores.backup.port import BackupStore, BackupStoreError
 from memoryd.transport.server import serve
 
 
@@ -28,7 +34,77 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "reindex", help="re-embed every memory with the configured embedder (server stopped)"
     )
+    commands.add_parser(
+        "backup",
+        help="write today's per-user backup of long-term and persona memories and delete "
+        "backups past their retention (server stopped)",
+    )
+    back = commands.add_parser(
+        "restore", help="import backed-up memories again, skipping ids already there"
+    )
+    back.add_argument("--date", help="backup day YYYY-MM-DD (default: the latest)")
+    back.add_argument("--user", help="only this user's backup")
+    back.add_argument("--tenant", help="only this tenant's backups")
+    add_client_commands(commands)
     return parser
+
+
+def _progress(verb: str) -> Callable[[int, int], None]:
+    def show(done: int, total: int) -> None:
+        print(f"\r{verb} {done:,} of {total:,} users", end="", file=sys.stderr, flush=True)
+
+    return show
+
+
+def _backups_of(app: App) -> tuple[VectorMemory, BackupStore]:
+    assert app.memory is not None and app.backups is not None
+    return app.memory, app.backups
+
+
+async def _backup(settings: Settings) -> int:
+    app = await build_app(settings)
+    try:
+        memory, store = _backups_of(app)
+        report = await backup(
+            app.engine,
+            memory,
+            store,
+            time.time(),
+            settings.backup.retention_days,
+            _progress("backed up"),
+        )
+    finally:
+        await app.close()
+    print(
+        f"\nbackup {report.day} done: {report.users:,} users, {report.items:,} memories; "
+        f"{report.days_deleted:,} backup days older than {settings.backup.retention_days} "
+        "days deleted",
+        file=sys.stderr,
+    )
+    return 0
+
+
+async def _restore(settings: Settings, args: argparse.Namespace) -> int:
+    app = await build_app(settings)
+    try:
+        _, store = _backups_of(app)
+        report = await restore(
+            app.engine, store, args.date, args.user, args.tenant, _progress("restored")
+        )
+    except (BackupCorrupt, BackupStoreError) as exc:
+        logging.getLogger("memoryd").error("restore refused: %s", exc)
+        return 2
+    finally:
+        await app.close()
+    if not report.day:
+        print("restore: there are no backups", file=sys.stderr)
+        return 1
+    print(
+        f"\nrestore of {report.day} done: {report.users:,} users, {report.imported:,} "
+        f"memories imported, {report.skipped:,} already there",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def _reindex(settings: Settings) -> int:
@@ -64,6 +140,8 @@ async def _serve(settings: Settings) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if (rc := run_client_command(args)) is not None:
+        return rc
     overrides = {"listen": args.listen} if getattr(args, "listen", None) else {}
     settings = load_settings(args.config, **overrides)
     logging.basicConfig(
@@ -76,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(_maintain(settings))
         elif args.command == "reindex":
             return _reindex(settings)
+        elif args.command == "backup":
+            return asyncio.run(_backup(settings))
+        elif args.command == "restore":
+            return asyncio.run(_restore(settings, args))
     except StartupRefused as exc:
         logging.getLogger("memoryd").error("start-up refused: %s", exc)
         return 2

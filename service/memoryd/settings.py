@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -91,10 +91,107 @@ class RetrievalSettings(BaseModel):
 
 class LongTermSettings(BaseModel):
     compress_over_bytes: int = Field(1024, ge=1, description="zlib-compress larger content")
-    max_memories: int = Field(10_000, ge=1, description="Per user; RESOURCE_EXHAUSTED past it")
-    max_bytes: int = Field(
-        100 * 1024 * 1024, ge=1, description="Per user (content bytes); reported by Usage"
+    max_memories: int = Field(
+        10_000, ge=1, description="Per user of the 'default' quota profile; RESOURCE_EXHAUSTED"
     )
+    max_bytes: int = Field(
+        100 * 1024 * 1024,
+        ge=1,
+        description="Content bytes per user of the 'default' quota profile; RESOURCE_EXHAUSTED",
+    )
+
+
+class QuotaProfile(BaseModel):
+    """The limits of one plan. Unset fields take the RT-006 per-user figures (pro)."""
+
+    long_term_max_memories: int = Field(10_000, ge=1, description="Long-term memories per user")
+    long_term_max_bytes: int = Field(
+        100 * 1024 * 1024, ge=1, description="Long-term content bytes per user"
+    )
+    entity_max_entities: int = Field(
+        5_000, ge=1, description="Entities per user (reserved: the entity tier is not built yet)"
+    )
+
+
+_MB = 1024 * 1024
+
+# RT-006 "Pricing Tiers".
+RT006_PROFILES: dict[str, dict[str, int]] = {
+    "free": {
+        "long_term_max_memories": 100,
+        "long_term_max_bytes": 10 * _MB,
+        "entity_max_entities": 500,
+    },
+    "pro": {
+        "long_term_max_memories": 10_000,
+        "long_term_max_bytes": 100 * _MB,
+        "entity_max_entities": 5_000,
+    },
+    "enterprise": {
+        "long_term_max_memories": 100_000,
+        "long_term_max_bytes": 1_000 * _MB,
+        "entity_max_entities": 50_000,
+    },
+}
+
+# The profile built from the `long_term` block (and so `MEMORYD_LONG_TERM__MAX_MEMORIES`),
+# unless `profiles` defines one of this name.
+DEFAULT_PROFILE = "default"
+
+
+class QuotaSettings(BaseModel):
+    """RT-006 quota profiles and who is on which.
+
+    A user's profile: their entry in `user_profiles` ("tenant/user"), else their tenant's
+    in `tenant_profiles`, else `default_profile`. Profiles given here are merged over the
+    built-in free/pro/enterprise figures, so one field of one profile can be changed alone.
+    """
+
+    profiles: dict[str, QuotaProfile] = Field(
+        default_factory=lambda: {n: QuotaProfile(**f) for n, f in RT006_PROFILES.items()},
+        description="Named profiles; free/pro/enterprise are built in",
+    )
+    default_profile: str = Field(DEFAULT_PROFILE, description="Profile of users with no assignment")
+    tenant_profiles: dict[str, str] = Field(
+        default_factory=dict, description='Tenant -> profile, e.g. {"acme": "enterprise"}'
+    )
+    user_profiles: dict[str, str] = Field(
+        default_factory=dict, description='"tenant/user" -> profile; wins over the tenant\'s'
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_builtin_profiles(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "profiles" not in data:
+            return data
+        given = data["profiles"]
+        if not isinstance(given, dict):
+            return data
+        merged: dict[str, Any] = {n: dict(f) for n, f in RT006_PROFILES.items()}
+        for name, fields in given.items():
+            if isinstance(fields, QuotaProfile):
+                fields = fields.model_dump(exclude_unset=True)
+            if isinstance(fields, dict):
+                merged[name] = {**merged.get(name, {}), **fields}
+            else:
+                merged[name] = fields
+        return {**data, "profiles": merged}
+
+    @model_validator(mode="after")
+    def _assigned_profiles_exist(self) -> QuotaSettings:
+        known = set(self.profiles) | {DEFAULT_PROFILE}
+        assigned = [
+            ("default_profile", self.default_profile),
+            *((f"tenant_profiles[{k}]", v) for k, v in self.tenant_profiles.items()),
+            *((f"user_profiles[{k}]", v) for k, v in self.user_profiles.items()),
+        ]
+        for where, name in assigned:
+            if name not in known:
+                raise ValueError(f"{where}: unknown quota profile {name!r}")
+        for key in self.user_profiles:
+            if key.count("/") != 1 or not all(key.split("/")):
+                raise ValueError(f"user_profiles: key {key!r} must be 'tenant/user'")
+        return self
 
 
 class RetentionSettings(BaseModel):
@@ -123,7 +220,9 @@ class UsageSettings(BaseModel):
     MB by the same figures, which we take to be a slip).
     """
 
-    quota_profile: str = Field("default", description="Name reported by Usage")
+    quota_profile: str = Field(
+        "default", description="Name reported by Usage when no tier resolves a quota profile"
+    )
     warning_percent: float = Field(80.0, gt=0, le=100)
     critical_percent: float = Field(95.0, gt=0, le=100)
     vector_usd_per_gb_month: float = Field(
@@ -139,6 +238,12 @@ class WriteBehindSettings(BaseModel):
 
     batch_size: int = Field(64, ge=1)
     retry_seconds: float = Field(1.0, gt=0)
+
+
+class BackupSettings(BaseModel):
+    """`memoryd backup`: one export file per user and day under `<data_dir>/backups`."""
+
+    retention_days: int = Field(30, ge=1, description="Backup days older than this are deleted")
 
 
 class Settings(BaseSettings):
@@ -165,6 +270,8 @@ class Settings(BaseSettings):
     write_behind: WriteBehindSettings = WriteBehindSettings()
     usage: UsageSettings = UsageSettings()
     retention: RetentionSettings = RetentionSettings()
+    quotas: QuotaSettings = QuotaSettings()
+    backup: BackupSettings = BackupSettings()
     instance_id: str = Field(
         "", description="Names this replica's Redis stream consumer; empty: the host name"
     )

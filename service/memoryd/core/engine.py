@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 
 from memoryd.core.cold_archive import ColdArchive
+from memoryd.core.erasure import Erasure
 from memoryd.core.errors import FieldViolation, InvalidArgument, Unimplemented
 from memoryd.core.models import (
     AddCommand,
@@ -57,8 +58,10 @@ class MemoryEngine:
         counter: TokenCounter,
         usage: UsageSettings | None = None,
         archive: ColdArchive | None = None,
+        erasure: Erasure | None = None,
     ) -> None:
         self._tiers = dict(tiers)
+        self._erasure = erasure
         self._archive = archive
         self._limits = limits
         self._retrieval = retrieval
@@ -192,7 +195,9 @@ class MemoryEngine:
     async def delete(self, lookup: Lookup) -> int:
         return await self._check_lookup(lookup).delete(lookup)
 
-    async def prune(self, cmd: PruneCommand) -> PruneResult:
+    async def prune(self, cmd: PruneCommand, requested_by: str = "") -> PruneResult:
+        """Prune the named tiers; ALL with no tier named erases the user everywhere
+        (`requested_by`, the caller's subject, goes to the audit log)."""
         v = Violations()
         check_scope(v, cmd.scope, self._limits)
         check_metadata(v, "filters", cmd.filters, self._limits)
@@ -206,7 +211,11 @@ class MemoryEngine:
             self._check_tier_scope(v, tier, cmd.scope)
         v.raise_if_any()
         if not cmd.tiers:
-            raise Unimplemented("pruning every tier of a user at once (name the tiers)")
+            if cmd.strategy is not PruneStrategy.ALL:
+                raise Unimplemented(f"{cmd.strategy.value} on every tier at once (name the tiers)")
+            if self._erasure is None:
+                raise Unimplemented("erasing a user (this server has no erasure configured)")
+            return await self._erasure.erase(cmd, requested_by)
         result = PruneResult(dry_run=cmd.dry_run)
         for tier in dict.fromkeys(cmd.tiers):
             count = await self._tier(tier).prune(cmd)

@@ -28,12 +28,13 @@ from memoryd.core.models import (
     TierUsage,
 )
 from memoryd.core.payload import content_hash, embed_text_of, to_payload
+from memoryd.core.quotas import QuotaProfiles
 from memoryd.core.tier import TierHits
 from memoryd.core.usage import quota_percent
 from memoryd.core.validation import Violations
 from memoryd.core.vector_memory import PAGE_SIZE, NewPoint, VectorMemory, check_vector_restore
-from memoryd.settings import LongTermSettings
-from memoryd.stores.vectors.port import MatchValue, Range
+from memoryd.settings import LongTermSettings, QuotaSettings
+from memoryd.stores.vectors.port import Filter, MatchValue, Range
 
 _DAY_S = 86_400.0
 
@@ -50,12 +51,24 @@ class LongTermTier:
         settings: LongTermSettings,
         clock: Callable[[], float],
         archive: ColdArchive | None = None,
+        quotas: QuotaProfiles | None = None,
+        max_content_bytes: int = 65_536,
     ) -> None:
         self._memory = memory
+        self._max_content_bytes = max_content_bytes
         self._settings = settings
+        self._quotas = quotas or QuotaProfiles(QuotaSettings(), settings)
         self._clock = clock
         self._archive = archive
         self._locks = KeyedLocks()
+
+    async def _bytes_used(self, live: Filter, count: int, room: int) -> int:
+        """Bytes of the user's live memories, summed only when they could pass `room`:
+        summing pages through every memory, while the count alone often proves there is
+        room (no memory is larger than max_content_bytes)."""
+        if count * self._max_content_bytes <= room:
+            return 0
+        return (await self._memory.measure(live))[1]
 
     def check_add(self, cmd: AddCommand, v: Violations) -> None:
         if cmd.kind in _FOREIGN_KINDS:
@@ -75,7 +88,10 @@ class LongTermTier:
         scope = cmd.scope
         digest = content_hash(scope, Tier.LONG_TERM, "", cmd.content)
         live = self._memory.scope_filter(scope, Tier.LONG_TERM)
-        limit = self._settings.max_memories
+        profile = self._quotas.profile_for(scope)
+        limit = profile.limits.long_term_max_memories
+        max_bytes = profile.limits.long_term_max_bytes
+        new_bytes = len(cmd.content.encode())
         async with self._locks((scope.tenant, scope.user_id)):
             if cmd.kind is not Kind.MESSAGE:
                 same = await self._memory.first(live.and_(MatchValue("content_hash", digest)))
@@ -93,12 +109,27 @@ class LongTermTier:
                         limit_name="long_term.max_memories",
                         limit=limit,
                         message=(
-                            f"long-term memory is full (max: {limit:,} memories); "
+                            f"long-term memory is full (max: {limit:,} memories, "
+                            f"quota profile {profile.name!r}); "
                             "delete old memories or upgrade your plan"
                         ),
                     )
                 count -= await self._drop_oldest(scope, math.ceil(count * 0.10))
                 operation = Operation.ADD_WITH_PRUNE
+            size = await self._bytes_used(live, count, max_bytes - new_bytes)
+            if size + new_bytes > max_bytes:
+                # Auto-prune frees room by count only; a byte overflow is always refused.
+                raise QuotaExceeded(
+                    subject=f"long_term:{scope.user_id}",
+                    limit_name="long_term.max_bytes",
+                    limit=max_bytes,
+                    message=(
+                        f"long-term memory would exceed its size quota with this "
+                        f"{new_bytes:,}-byte memory ({size:,} bytes used, max: {max_bytes:,} "
+                        f"bytes, quota profile {profile.name!r}); "
+                        "delete old memories or upgrade your plan"
+                    ),
+                )
             now = self._clock()
             record = MemoryRecord(
                 id=str(uuid.uuid4()),
@@ -252,12 +283,15 @@ class LongTermTier:
     async def usage(self, scope: Scope) -> TierUsage:
         """Live memories (what the quota counts) and their content bytes."""
         count, size = await self._memory.measure(self._memory.scope_filter(scope, Tier.LONG_TERM))
-        s = self._settings
+        profile = self._quotas.profile_for(scope)
+        max_count = profile.limits.long_term_max_memories
+        max_bytes = profile.limits.long_term_max_bytes
         return TierUsage(
             Tier.LONG_TERM,
             count=count,
             bytes=size,
-            max_count=s.max_memories,
-            max_bytes=s.max_bytes,
-            percent=quota_percent(count, s.max_memories, size, s.max_bytes),
+            max_count=max_count,
+            max_bytes=max_bytes,
+            percent=quota_percent(count, max_count, size, max_bytes),
+            quota_profile=profile.name,
         )

@@ -213,6 +213,8 @@ class TierUsage:
     max_count: int = 0
     max_bytes: int = 0
     percent: float = 0.0
+    # The quota profile whose limits these are; empty when the tier has none of its own.
+    quota_profile: str = ""
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
@@ -18,6 +19,7 @@ from memoryd.core.models import (
     MemoryRecord,
     Operation,
     PruneCommand,
+    PruneStrategy,
     RetrieveQuery,
     Role,
     Scope,
@@ -141,6 +143,14 @@ class ShortTermTier:
 
     async def prune(self, cmd: PruneCommand) -> int:
         # Messages otherwise leave by TTL and trimming: nothing else ages out of a session.
+        if cmd.strategy is PruneStrategy.ALL and not cmd.scope.session_id:
+            # The user's erasure (the engine's only call without a session): every session.
+            return sum(
+                [
+                    await self.prune(dataclasses.replace(cmd, scope=scope_of(s)))
+                    for s in await self._sessions(cmd.scope)
+                ]
+            )
         session = session_of(cmd.scope)
         return await prune_hot(
             cmd,

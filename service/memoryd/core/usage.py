@@ -48,5 +48,7 @@ def usage_report(tiers: Sequence[TierUsage], settings: UsageSettings) -> UsageRe
         tiers=list(tiers),
         alerts=alerts,
         estimated_monthly_cost_usd=cost,
-        quota_profile=settings.quota_profile,
+        quota_profile=next(
+            (t.quota_profile for t in tiers if t.quota_profile), settings.quota_profile
+        ),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -18,6 +19,7 @@ from memoryd.core.models import (
     MemoryRecord,
     Operation,
     PruneCommand,
+    PruneStrategy,
     RetrieveQuery,
     Scope,
     Tier,
@@ -183,6 +185,14 @@ class WorkingTier:
 
     async def prune(self, cmd: PruneCommand) -> int:
         # Working entries live until their task ends: nothing expires or ages out.
+        if cmd.strategy is PruneStrategy.ALL and not cmd.scope.task_id:
+            # The user's erasure (the engine's only call without a task): every task.
+            return sum(
+                [
+                    await self.prune(dataclasses.replace(cmd, scope=scope_of(t)))
+                    for t in await self._tasks(cmd.scope)
+                ]
+            )
         task = task_of(cmd.scope)
         return await prune_hot(
             cmd,

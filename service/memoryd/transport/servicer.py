@@ -45,8 +45,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         return pb.DeleteResponse(deleted_count=await self._engine.delete(lookup))
 
     async def Prune(self, request: pb.PruneRequest, context: Context) -> pb.PruneResponse:
-        command = convert.prune_command(request, self._calls.principal())
-        return convert.prune_response(await self._engine.prune(command))
+        principal = self._calls.principal()
+        command = convert.prune_command(request, principal)
+        return convert.prune_response(await self._engine.prune(command, principal.subject))
 
     async def Export(  # type: ignore[override]
         self, request: pb.ExportRequest, context: Context

@@ -1,0 +1,196 @@
+"""`memoryd backup` and `memoryd restore`: per-user export files of the backed-up tiers
+(RT-005: long-term and persona), written and read through the engine's export and
+import paths, with the same item serialization as the Export RPC.
+
+    <data_dir>/backups/<YYYY-MM-DD>/<tenant>/<user>.jsonl.gz
+
+A file holds JSON lines: a `memorydBackup` line (tenant, user, time), then Export
+responses in their protobuf JSON form: the header, every item, and the trailer (item
+count and the sha256 of the items' serialization, checked again on restore). Backup
+days older than `backup.retention_days` are deleted by each backup run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from memoryd.core.engine import MemoryEngine
+from memoryd.core.models import ExportQuery, MemoryRecord, Scope, Tier
+from memoryd.core.vector_memory import VectorMemory
+from memoryd.stores.backup.port import BackupStore
+from memoryd.transport import convert
+from memoryd.v1 import memory_pb2 as pb
+
+# The tiers RT-005 backs up that this server stores (working and short-term are not).
+BACKED_UP_TIERS = (Tier.LONG_TERM, Tier.PERSONA)
+FORMAT_VERSION = "1"
+_WRITE_BATCH = 256
+
+Progress = Callable[[int, int], None]
+
+
+class BackupCorrupt(Exception):
+    """A backup file is incomplete or does not match its checksum; nothing was restored."""
+
+
+@dataclass
+class BackupReport:
+    day: str = ""
+    users: int = 0
+    items: int = 0
+    days_deleted: int = 0
+
+
+@dataclass
+class RestoreReport:
+    day: str = ""
+    users: int = 0
+    imported: int = 0
+    skipped: int = 0
+
+
+def day_of(now: float) -> str:
+    return datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%d")
+
+
+def _line(message: Message) -> str:
+    return json.dumps(json_format.MessageToDict(message), separators=(",", ":"))
+
+
+async def _backup_user(
+    engine: MemoryEngine, store: BackupStore, day: str, scope: Scope, now: float
+) -> int:
+    query = ExportQuery(scope=scope, tiers=list(BACKED_UP_TIERS))
+    counts = await engine.export_counts(query)
+    meta = {
+        "memorydBackup": {
+            "formatVersion": FORMAT_VERSION,
+            "tenant": scope.tenant,
+            "userId": scope.user_id,
+            "createdAt": datetime.fromtimestamp(now, tz=UTC).isoformat(),
+        }
+    }
+    header = convert.export_header(scope.user_id, now, counts)
+    writer = await asyncio.to_thread(store.writer, day, scope.tenant, scope.user_id)
+    try:
+        lines = [json.dumps(meta, separators=(",", ":")), _line(pb.ExportResponse(header=header))]
+        digest = hashlib.sha256()
+        count = 0
+        async for record in engine.export_records(query):
+            item = convert.memory_item(record)
+            digest.update(item.SerializeToString(deterministic=True))
+            count += 1
+            lines.append(_line(pb.ExportResponse(item=item)))
+            if len(lines) >= _WRITE_BATCH:
+                await asyncio.to_thread(writer.write, lines)
+                lines = []
+        trailer = pb.ExportTrailer(item_count=count, checksum_sha256=digest.hexdigest())
+        lines.append(_line(pb.ExportResponse(trailer=trailer)))
+        await asyncio.to_thread(writer.write, lines)
+        await asyncio.to_thread(writer.commit)
+    except BaseException:
+        await asyncio.to_thread(writer.abort)
+        raise
+    return count
+
+
+async def backup(
+    engine: MemoryEngine,
+    memory: VectorMemory,
+    store: BackupStore,
+    now: float,
+    retention_days: int,
+    progress: Progress = lambda done, total: None,
+) -> BackupReport:
+    """Write today's file for every user with backed-up memories, then delete the backup
+    days older than `retention_days`."""
+    owners: set[tuple[str, str]] = set()
+    for tier in BACKED_UP_TIERS:
+        owners.update(await memory.owners(tier))
+    report = BackupReport(day=day_of(now))
+    users = sorted(owners)
+    for tenant, user_id in users:
+        scope = Scope(tenant=tenant, user_id=user_id)
+        report.items += await _backup_user(engine, store, report.day, scope, now)
+        report.users += 1
+        progress(report.users, len(users))
+    oldest_kept = day_of(now - timedelta(days=retention_days).total_seconds())
+    for day in await asyncio.to_thread(store.days):
+        if day < oldest_kept:
+            await asyncio.to_thread(store.delete_day, day)
+            report.days_deleted += 1
+    return report
+
+
+def _parse(lines: Sequence[str]) -> tuple[Scope, list[MemoryRecord]]:
+    if not lines:
+        raise BackupCorrupt("the file is empty")
+    try:
+        meta: dict[str, Any] = json.loads(lines[0])["memorydBackup"]
+        scope = Scope(tenant=str(meta["tenant"]), user_id=str(meta["userId"]))
+        messages = [json_format.Parse(line, pb.ExportResponse()) for line in lines[1:]]
+    except (ValueError, KeyError, TypeError, json_format.ParseError) as exc:
+        raise BackupCorrupt(f"unreadable: {exc}") from exc
+    kinds = [m.WhichOneof("payload") for m in messages]
+    if not kinds or kinds[0] != "header" or kinds[-1] != "trailer":
+        raise BackupCorrupt("incomplete: it must start with a header and end with a trailer")
+    items = [m.item for m in messages if m.WhichOneof("payload") == "item"]
+    trailer = messages[-1].trailer
+    digest = hashlib.sha256()
+    for item in items:
+        digest.update(item.SerializeToString(deterministic=True))
+    if trailer.item_count != len(items) or trailer.checksum_sha256 != digest.hexdigest():
+        raise BackupCorrupt("its items do not match its trailer's count and checksum")
+    return scope, [convert.record_from_item(i) for i in items]
+
+
+def _read_all(store: BackupStore, day: str, name: str) -> list[str]:
+    return list(store.read(day, name))
+
+
+async def restore(
+    engine: MemoryEngine,
+    store: BackupStore,
+    day: str | None = None,
+    user_id: str | None = None,
+    tenant: str | None = None,
+    progress: Progress = lambda done, total: None,
+) -> RestoreReport:
+    """Import the backups of `day` (default: the latest) through the engine; items whose
+    id the user already has are skipped, so restoring twice changes nothing."""
+    days = await asyncio.to_thread(store.days)
+    if day is None:
+        if not days:
+            return RestoreReport()
+        day = days[-1]
+    report = RestoreReport(day=day)
+    names = await asyncio.to_thread(store.files, day)
+    if user_id is not None:
+        # The file name is the user's; the directory is the tenant's.
+        own_name = store.file_of(day, tenant or "-", user_id).rsplit("/", 1)[-1]
+        names = [n for n in names if n.rsplit("/", 1)[-1] == own_name]
+    for i, name in enumerate(names, 1):
+        lines = await asyncio.to_thread(_read_all, store, day, name)
+        try:
+            scope, records = _parse(lines)
+        except BackupCorrupt as exc:
+            raise BackupCorrupt(f"{day}/{name}: {exc}") from exc
+        if tenant is not None and scope.tenant != tenant:
+            continue
+        batch = engine.max_import_items
+        for start in range(0, len(records), batch):
+            done = await engine.import_records(scope, records[start : start + batch])
+            report.imported += done.imported_count
+            report.skipped += done.skipped_count
+        report.users += 1
+        progress(i, len(names))
+    return report

@@ -1,0 +1,254 @@
+"""Client commands of the `memoryd` CLI: export, import, prune and usage against a running
+server, over gRPC. `main` adds them with `add_client_commands` and runs them with
+`run_client_command`.
+
+An export file holds JSON lines, one `ExportResponse` each (header, items, trailer), as
+the server streamed them; `import` streams such a file back, so the trailer's checksum
+is verified by the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+import grpc
+from google.protobuf import json_format
+
+from memoryd.settings import load_settings
+from memoryd.v1 import memory_pb2 as pb
+from memoryd.v1 import memory_pb2_grpc
+
+_COMMANDS = ("export", "import", "prune", "usage")
+_TIERS = {n.removeprefix("TIER_").lower(): v for n, v in pb.Tier.items() if v}
+_STRATEGIES = {
+    n.removeprefix("PRUNE_STRATEGY_").lower(): v for n, v in pb.PruneStrategy.items() if v
+}
+_PROGRESS_EVERY = 1000
+
+
+class _Failed(Exception):
+    """A local problem (file, format); reported like a gRPC error, exit 1."""
+
+
+def _tier(name: str) -> int:
+    value = _TIERS.get(name.lower().replace("-", "_"))
+    if value is None:
+        raise argparse.ArgumentTypeError(f"unknown tier {name!r}; one of {', '.join(_TIERS)}")
+    return value
+
+
+def _filter(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"filter {text!r} must be key=value")
+    return key, value
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target", help="host:port of the server (default: MEMORYD_LISTEN / settings)"
+    )
+    parser.add_argument("--timeout", type=float, help="seconds per call (default: none)")
+    parser.add_argument("--user", required=True, help="user_id of the scope")
+
+
+def _tiers_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tiers",
+        nargs="+",
+        type=_tier,
+        default=[],
+        metavar="TIER",
+        help=f"tiers ({', '.join(_TIERS)}); default: every tier",
+    )
+
+
+def add_client_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add export, import, prune and usage to the `memoryd` command line."""
+    export = subparsers.add_parser("export", help="export a user's memories to a JSON-lines file")
+    _common(export)
+    _tiers_option(export)
+    export.add_argument("--include-archived", action="store_true")
+    export.add_argument("-o", "--output", required=True, type=Path, help="file to write")
+
+    imp = subparsers.add_parser("import", help="import a JSON-lines export file for a user")
+    _common(imp)
+    imp.add_argument("file", type=Path)
+
+    prune = subparsers.add_parser("prune", help="prune a user's memories")
+    _common(prune)
+    _tiers_option(prune)
+    prune.add_argument(
+        "--strategy", required=True, choices=sorted(_STRATEGIES), help="what to prune"
+    )
+    prune.add_argument("--percent", type=float, default=0.0, help="oldest_percent: 0 < P <= 100")
+    prune.add_argument("--older-than-days", type=int, default=0, help="archive_older_than: N")
+    prune.add_argument(
+        "--filter",
+        dest="filters",
+        action="append",
+        type=_filter,
+        default=[],
+        metavar="KEY=VALUE",
+        help="by_filter: metadata equality (repeatable)",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="report, change nothing")
+
+    usage = subparsers.add_parser("usage", help="print a user's usage per tier")
+    _common(usage)
+
+
+def run_client_command(args: argparse.Namespace) -> int | None:
+    """Run one of the commands above; None when `args.command` is not one of them."""
+    command = getattr(args, "command", None)
+    if command not in _COMMANDS:
+        return None
+    target = args.target or load_settings().listen
+    try:
+        with grpc.insecure_channel(target) as channel:
+            stub = memory_pb2_grpc.MemoryServiceStub(channel)
+            if command == "export":
+                return _export(stub, args)
+            if command == "import":
+                return _import(stub, args)
+            if command == "prune":
+                return _prune(stub, args)
+            return _usage(stub, args)
+    except grpc.RpcError as err:
+        code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
+        details = err.details() if isinstance(err, grpc.Call) else str(err)
+        print(f"memoryd {command}: {code.name}: {details}", file=sys.stderr)
+        return 1
+    except (_Failed, OSError) as err:
+        print(f"memoryd {command}: {err}", file=sys.stderr)
+        return 1
+
+
+def _scope(args: argparse.Namespace) -> pb.Scope:
+    return pb.Scope(user_id=args.user)
+
+
+def _export(stub: memory_pb2_grpc.MemoryServiceStub, args: argparse.Namespace) -> int:
+    request = pb.ExportRequest(
+        scope=_scope(args), tiers=args.tiers, include_archived=args.include_archived
+    )
+    items = 0
+    path: Path = args.output
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("w", encoding="utf-8") as out:
+        for message in stub.Export(request, timeout=args.timeout):
+            out.write(json.dumps(json_format.MessageToDict(message), separators=(",", ":")))
+            out.write("\n")
+            if message.WhichOneof("payload") == "item":
+                items += 1
+                if items % _PROGRESS_EVERY == 0:
+                    print(f"exported {items:,} items", file=sys.stderr)
+    partial.replace(path)  # only a complete export takes the file's name
+    print(f"exported {items:,} items to {path}", file=sys.stderr)
+    return 0
+
+
+def _read_export(lines: TextIO, path: Path) -> Iterator[pb.ExportResponse]:
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield json_format.ParseDict(json.loads(line), pb.ExportResponse())
+        except (ValueError, json_format.ParseError) as err:
+            raise _Failed(f"{path}:{number}: not an export line: {err}") from err
+
+
+def _import(stub: memory_pb2_grpc.MemoryServiceStub, args: argparse.Namespace) -> int:
+    path: Path = args.file
+    sent = 0
+    problem: _Failed | None = None
+
+    def requests(lines: TextIO) -> Iterator[pb.ImportRequest]:
+        # Runs on gRPC's sending thread: a bad line ends the stream (the server then
+        # refuses it for its missing trailer) and is reported once the call returns.
+        nonlocal sent, problem
+        first = True
+        try:
+            for message in _read_export(lines, path):
+                request = pb.ImportRequest()
+                if first:
+                    request.scope.CopyFrom(_scope(args))
+                    first = False
+                kind = message.WhichOneof("payload")
+                if kind == "header":
+                    request.header.CopyFrom(message.header)
+                elif kind == "item":
+                    request.item.CopyFrom(message.item)
+                    sent += 1
+                    if sent % _PROGRESS_EVERY == 0:
+                        print(f"sent {sent:,} items", file=sys.stderr)
+                elif kind == "trailer":
+                    request.trailer.CopyFrom(message.trailer)
+                yield request
+        except _Failed as err:
+            problem = err
+
+    with path.open(encoding="utf-8") as lines:
+        try:
+            reply = stub.Import(requests(lines), timeout=args.timeout)
+        except grpc.RpcError:
+            if problem is not None:
+                raise problem from None
+            raise
+    if problem is not None:
+        raise problem
+    verified = "checksum verified" if reply.checksum_verified else "no checksum"
+    print(f"imported {reply.imported_count:,} items, skipped {reply.skipped_count:,} ({verified})")
+    return 0
+
+
+def _prune(stub: memory_pb2_grpc.MemoryServiceStub, args: argparse.Namespace) -> int:
+    request = pb.PruneRequest(
+        scope=_scope(args),
+        tiers=args.tiers,
+        strategy=_STRATEGIES[args.strategy],
+        percent=args.percent,
+        older_than_days=args.older_than_days,
+        filters=dict(args.filters),
+        dry_run=args.dry_run,
+    )
+    reply = stub.Prune(request, timeout=args.timeout)
+    verb = "would delete" if reply.dry_run else "deleted"
+    line = f"{verb} {reply.deleted_count:,}"
+    if reply.archived_count:
+        line += f", {'would archive' if reply.dry_run else 'archived'} {reply.archived_count:,}"
+    print(line)
+    for count in reply.per_tier:
+        print(f"  {pb.Tier.Name(count.tier).removeprefix('TIER_').lower()}: {count.count:,}")
+    return 0
+
+
+def _usage(stub: memory_pb2_grpc.MemoryServiceStub, args: argparse.Namespace) -> int:
+    reply = stub.Usage(pb.UsageRequest(scope=_scope(args)), timeout=args.timeout)
+    rows = [("tier", "count", "max_count", "bytes", "max_bytes", "percent")]
+    for t in reply.tiers:
+        rows.append(
+            (
+                pb.Tier.Name(t.tier).removeprefix("TIER_").lower(),
+                f"{t.count:,}",
+                f"{t.max_count:,}" if t.max_count else "-",
+                f"{t.bytes:,}",
+                f"{t.max_bytes:,}" if t.max_bytes else "-",
+                f"{t.percent:.1f}%",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        rest = zip(row[1:], widths[1:], strict=True)
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in rest]
+        print("  ".join(cells).rstrip())
+    print(f"quota profile: {reply.quota_profile}")
+    print(f"estimated monthly cost: ${reply.estimated_monthly_cost_usd:.4f}")
+    for alert in reply.alerts:
+        print(f"{alert.level}: {alert.message}")
+    return 0

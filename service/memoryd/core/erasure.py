@@ -1,0 +1,96 @@
+"""Erasure of a user (GDPR "right to be forgotten", RT-005): every tier, the cold
+archive, the write-behind queue's pending copies and the backups; one audit line per
+erasure, holding counts and identifiers only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+
+from memoryd.core.errors import StoreUnavailable
+from memoryd.core.models import PruneCommand, PruneResult, PruneStrategy, Scope, Tier
+from memoryd.core.tier import TierHandler
+from memoryd.stores.audit.port import AuditLog, AuditLogError
+from memoryd.stores.backup.port import BackupStore, BackupStoreError
+
+# Waits until every conversation copy queued so far is in long-term memory.
+Flush = Callable[[], Awaitable[None]]
+
+
+class Erasure:
+    def __init__(
+        self,
+        tiers: Mapping[Tier, TierHandler],
+        audit: AuditLog,
+        clock: Callable[[], float],
+        backups: BackupStore | None = None,
+        flush: Flush | None = None,
+    ) -> None:
+        self._tiers = dict(tiers)
+        self._audit = audit
+        self._clock = clock
+        self._backups = backups
+        self._flush = flush
+
+    async def _flush_queue(self) -> None:
+        """Copies queued before the erasure land first, so the erasure removes them:
+        none can resurrect the user afterwards."""
+        if self._flush is None:
+            return
+        try:
+            await self._flush()
+        except TimeoutError as exc:
+            raise StoreUnavailable(
+                "write-behind queue", "pending conversation copies could not be flushed"
+            ) from exc
+
+    async def _backup_files(self, scope: Scope, dry_run: bool) -> int:
+        backups = self._backups
+        if backups is None:
+            return 0
+
+        def count() -> int:
+            return sum(
+                1
+                for day in backups.days()
+                if backups.file_of(day, scope.tenant, scope.user_id) in backups.files(day)
+            )
+
+        try:
+            if dry_run:
+                return await asyncio.to_thread(count)
+            return await asyncio.to_thread(backups.delete_user, scope.tenant, scope.user_id)
+        except BackupStoreError as exc:
+            raise StoreUnavailable("backups", str(exc)) from exc
+
+    async def erase(self, cmd: PruneCommand, requested_by: str) -> PruneResult:
+        """Every memory of `cmd.scope`'s user (agent/session/task ignored); on dry_run,
+        only counts."""
+        scope = Scope(tenant=cmd.scope.tenant, user_id=cmd.scope.user_id)
+        if not cmd.dry_run:
+            await self._flush_queue()
+        result = PruneResult(dry_run=cmd.dry_run)
+        for tier, handler in self._tiers.items():
+            n = await handler.prune(
+                PruneCommand(scope, PruneStrategy.ALL, tiers=[tier], dry_run=cmd.dry_run)
+            )
+            result.per_tier[tier] = n
+            result.deleted_count += n
+        backup_files = await self._backup_files(scope, cmd.dry_run)
+        if not cmd.dry_run:
+            entry = {
+                "time": datetime.fromtimestamp(self._clock(), tz=UTC).isoformat(),
+                "event": "erasure",
+                "tenant": scope.tenant,
+                "user_id": scope.user_id,
+                "requested_by": requested_by,
+                "per_tier": {t.value: n for t, n in result.per_tier.items()},
+                "deleted_count": result.deleted_count,
+                "backup_files": backup_files,
+            }
+            try:
+                await asyncio.to_thread(self._audit.append, entry)
+            except AuditLogError as exc:
+                raise StoreUnavailable("audit log", str(exc)) from exc
+        return result

@@ -1,0 +1,266 @@
+"""GDPR erasure (RT-005 "right to be forgotten") and backups: Prune ALL naming no tier
+removes a user from every tier, the cold archive, pending conversation copies and the
+backups, and writes one content-free audit line; `memoryd backup` writes one export file
+per user and day (30 days kept), `memoryd restore` brings the items back by id."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clock import MovableClock
+from conftest import RunningServer, ServerFactory
+from memoryd.backup import backup, restore
+from memoryd.main import main
+from memoryd.v1 import memory_pb2 as pb
+from rpc import scope
+
+WK, ST, LT, PE = pb.TIER_WORKING, pb.TIER_SHORT_TERM, pb.TIER_LONG_TERM, pb.TIER_PERSONA
+DAY = 86_400.0
+START = datetime(2024, 1, 15, 9, tzinfo=UTC).timestamp()
+SECRET = ["Victim enjoys skiing in the Alps", "Victim is allergic to peanuts"]
+
+
+@pytest.fixture
+def clock() -> MovableClock:
+    return MovableClock(START)
+
+
+@pytest.fixture(params=["in_process", "redis"])
+async def server(
+    request: pytest.FixtureRequest, start_server: ServerFactory, clock: MovableClock
+) -> RunningServer:
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_server").url
+        return await start_server(clock=clock, redis_url=url)
+    return await start_server(clock=clock)
+
+
+async def add(s: RunningServer, sc: pb.Scope, tier: int, content: str, **kw: Any) -> str:
+    return (await s.stub.Add(pb.AddRequest(scope=sc, tier=tier, content=content, **kw))).memory_id
+
+
+async def fill(s: RunningServer, clock: MovableClock, user: str) -> None:
+    """Every kind of place a user's memories live: an archived memory, live, soft-deleted
+    and expired long-term memories, a persona fact, two tasks, two sessions (and their
+    durable long-term copies)."""
+    await add(s, scope(user), LT, f"{user} archived: {SECRET[0]}")
+    clock.advance(400 * DAY)
+    await s.stub.Prune(
+        pb.PruneRequest(
+            scope=scope(user),
+            tiers=[LT],
+            strategy=pb.PRUNE_STRATEGY_ARCHIVE_OLDER_THAN,
+            older_than_days=365,
+        )
+    )
+    await add(s, scope(user), LT, f"{user}: {SECRET[1]}")
+    gone = await add(s, scope(user), LT, f"{user} soft-deleted memory")
+    await s.stub.Delete(pb.DeleteRequest(scope=scope(user), tier=LT, ids=[gone]))
+    expiring = pb.AddRequest(scope=scope(user), tier=LT, content=f"{user} expiring memory")
+    expiring.expires_at.FromSeconds(int(clock() + 60))
+    await s.stub.Add(expiring)
+    await add(s, scope(user), PE, f"{user} lives in Lisbon", key="city")
+    for task in ["t1", "t2"]:
+        await add(s, scope(user, agent_id="a", task_id=task), WK, f"{user} {task}", key="k")
+    for session in ["s1", "s2"]:
+        await add(s, scope(user, session_id=session), ST, f"{user} said hi in {session}")
+    await s.app.copier.drain()
+    clock.advance(120)  # the expiring memory is now expired
+
+
+async def everything(s: RunningServer, user: str) -> list[pb.MemoryItem]:
+    request = pb.ExportRequest(scope=scope(user), include_archived=True)
+    return [r.item async for r in s.stub.Export(request) if r.WhichOneof("payload") == "item"]
+
+
+async def retrieved(s: RunningServer, sc: pb.Scope, tier: int, query: str = "") -> list[str]:
+    reply = await s.stub.Retrieve(
+        pb.RetrieveRequest(scope=sc, tiers=[tier], query=query, top_k=50, min_score=0.0)
+    )
+    return [i.content for i in reply.items]
+
+
+async def erase(s: RunningServer, user: str, dry_run: bool = False) -> pb.PruneResponse:
+    return await s.stub.Prune(
+        pb.PruneRequest(scope=scope(user), strategy=pb.PRUNE_STRATEGY_ALL, dry_run=dry_run)
+    )
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file()) if path.exists() else []
+
+
+async def test_erasure_removes_the_user_everywhere_and_leaves_others_alone(
+    server: RunningServer, clock: MovableClock, user_id: str, tmp_path: Path
+) -> None:
+    s, data = server, tmp_path / "data"
+    other = f"{user_id}-other"
+    await fill(s, clock, user_id)
+    await fill(s, clock, other)
+    assert s.app.memory is not None and s.app.backups is not None
+    await backup(s.app.engine, s.app.memory, s.app.backups, clock(), 30)
+    others_before = sorted(i.id for i in await everything(s, other))
+    day = datetime.fromtimestamp(clock(), tz=UTC).strftime("%Y-%m-%d")
+    backups = data / "backups" / day / "default"
+    assert (backups / f"{user_id}.jsonl.gz").exists()
+
+    # Dry run: counts only.
+    dry = await erase(s, user_id, dry_run=True)
+    # long-term: archived + live + soft-deleted + expired + 2 message copies.
+    expected = {WK: 2, ST: 2, LT: 6, PE: 1}
+    assert dry.dry_run and {c.tier: c.count for c in dry.per_tier} == expected
+    assert len(await everything(s, user_id)) == 11
+    assert not (data / "audit" / "erasures.jsonl").exists()
+
+    reply = await erase(s, user_id)
+
+    assert not reply.dry_run and {c.tier: c.count for c in reply.per_tier} == expected
+    assert reply.deleted_count == 11
+    assert await everything(s, user_id) == []
+    for task in ["t1", "t2"]:
+        assert await retrieved(s, scope(user_id, agent_id="a", task_id=task), WK) == []
+    for session in ["s1", "s2"]:
+        assert await retrieved(s, scope(user_id, session_id=session), ST) == []
+    assert await retrieved(s, scope(user_id), LT) == []
+    assert await retrieved(s, scope(user_id), LT, "skiing peanuts allergy") == []
+    assert await retrieved(s, scope(user_id), PE) == []
+    assert files_under(data / "archive" / "default" / user_id) == []
+    assert not (backups / f"{user_id}.jsonl.gz").exists()
+    # The other user keeps everything, archive and backup included.
+    assert sorted(i.id for i in await everything(s, other)) == others_before
+    assert files_under(data / "archive" / "default" / other) != []
+    assert (backups / f"{other}.jsonl.gz").exists()
+
+    audit = (data / "audit" / "erasures.jsonl").read_text(encoding="utf-8")
+    [line] = [json.loads(x) for x in audit.splitlines()]
+    assert line["tenant"] == "default" and line["user_id"] == user_id
+    assert line["requested_by"] and line["time"].startswith(day)
+    assert line["per_tier"] == {"working": 2, "short_term": 2, "long_term": 6, "persona": 1}
+    assert line["backup_files"] == 1
+    for content in [*SECRET, "Lisbon", "said hi", "soft-deleted", "expiring"]:
+        assert content not in audit
+
+
+async def test_a_message_queued_before_erasure_is_not_copied_back_after_it(
+    start_server: ServerFactory, clock: MovableClock, user_id: str
+) -> None:
+    s = await start_server(clock=clock)
+    await s.app.copier.stop()  # the copy stays queued
+    await add(s, scope(user_id, session_id="s1"), ST, "Victim's queued message")
+
+    await erase(s, user_id)
+    await s.app.copier.drain()  # whatever was still queued is copied now
+
+    assert await retrieved(s, scope(user_id), LT) == []
+    assert await everything(s, user_id) == []
+
+
+async def test_erasure_of_one_tier_strategy_other_than_all_stays_unimplemented(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    s = await start_server()
+    with pytest.raises(Exception, match="name the tiers"):
+        await s.stub.Prune(
+            pb.PruneRequest(scope=scope(user_id), strategy=pb.PRUNE_STRATEGY_EXPIRED)
+        )
+
+
+def backup_lines(path: Path) -> list[dict[str, Any]]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+async def test_backup_then_restore_brings_erased_memories_back_with_their_ids(
+    start_server: ServerFactory, clock: MovableClock, user_id: str, tmp_path: Path
+) -> None:
+    s = await start_server(clock=clock)
+    assert s.app.memory is not None and s.app.backups is not None
+    await add(s, scope(user_id), LT, "User prefers window seats", metadata={"src": "chat"})
+    gone = await add(s, scope(user_id), LT, "User is vegetarian")
+    await s.stub.Delete(pb.DeleteRequest(scope=scope(user_id), tier=LT, ids=[gone]))
+    await add(s, scope(user_id), PE, "Ana", key="name")
+    before = {i.id: i for i in await everything(s, user_id)}
+
+    report = await backup(s.app.engine, s.app.memory, s.app.backups, clock(), 30)
+
+    assert report.users == 1 and report.items == 3
+    path = tmp_path / "data" / "backups" / "2024-01-15" / "default" / f"{user_id}.jsonl.gz"
+    lines = backup_lines(path)
+    assert lines[0]["memorydBackup"]["userId"] == user_id
+    assert "header" in lines[1] and "trailer" in lines[-1]
+    assert int(lines[-1]["trailer"]["itemCount"]) == 3 and lines[-1]["trailer"]["checksumSha256"]
+    assert {x["item"]["id"] for x in lines[2:-1]} == set(before)
+
+    for tier in [LT, PE]:  # an ordinary prune of each tier, not an erasure
+        await s.stub.Prune(
+            pb.PruneRequest(scope=scope(user_id), tiers=[tier], strategy=pb.PRUNE_STRATEGY_ALL)
+        )
+    assert await everything(s, user_id) == []
+
+    restored = await restore(s.app.engine, s.app.backups, user_id=user_id)
+
+    assert (restored.day, restored.users, restored.imported) == ("2024-01-15", 1, 3)
+    after = {i.id: i for i in await everything(s, user_id)}
+    assert set(after) == set(before)
+    for item_id, item in before.items():
+        got = after[item_id]
+        assert (got.content, got.tier, got.key, dict(got.metadata), got.deleted) == (
+            item.content,
+            item.tier,
+            item.key,
+            dict(item.metadata),
+            item.deleted,
+        )
+    again = await restore(s.app.engine, s.app.backups, day="2024-01-15")
+    assert (again.imported, again.skipped) == (0, 3)
+
+
+async def test_backup_days_older_than_the_retention_are_deleted(
+    start_server: ServerFactory, clock: MovableClock, user_id: str, tmp_path: Path
+) -> None:
+    s = await start_server(clock=clock)
+    assert s.app.memory is not None and s.app.backups is not None
+    await add(s, scope(user_id), LT, "User prefers window seats")
+    days = []
+    for _ in range(3):  # 2024-01-15, then 20 and 40 days later
+        await backup(s.app.engine, s.app.memory, s.app.backups, clock(), 30)
+        days.append(datetime.fromtimestamp(clock(), tz=UTC).strftime("%Y-%m-%d"))
+        clock.advance(20 * DAY)
+    kept = sorted(p.name for p in (tmp_path / "data" / "backups").iterdir())
+    # The last run (day 40) deletes day 0, older than 30 days; day 20 is kept.
+    assert kept == days[1:]
+
+
+async def test_backup_and_restore_commands_from_the_command_line(
+    start_server: ServerFactory,
+    user_id: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    s = await start_server()
+    memory_id = await add(s, scope(user_id), LT, "User prefers aisle seats")
+    await s.server.stop(grace_s=0)
+    monkeypatch.setenv("MEMORYD_DATA_DIR", str(tmp_path / "data"))
+
+    assert await asyncio.to_thread(main, ["backup"]) == 0
+    assert "backed up 1 of 1 users" in capsys.readouterr().err
+
+    s = await start_server()
+    await s.stub.Prune(
+        pb.PruneRequest(scope=scope(user_id), tiers=[LT], strategy=pb.PRUNE_STRATEGY_ALL)
+    )
+    await s.server.stop(grace_s=0)
+    assert await asyncio.to_thread(main, ["restore", "--user", user_id]) == 0
+    assert "1 memories imported" in capsys.readouterr().err
+
+    s = await start_server()
+    got = await s.stub.Get(pb.GetRequest(scope=scope(user_id), tier=LT, ids=[memory_id]))
+    assert [i.content for i in got.items] == ["User prefers aisle seats"]
