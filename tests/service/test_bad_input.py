@@ -133,3 +133,69 @@ async def test_keys_only_address_keyed_tiers(memoryd: RunningServer, user_id: st
 async def test_prune_needs_a_strategy(memoryd: RunningServer, user_id: str) -> None:
     err = await rpc_error(memoryd.stub.Prune(pb.PruneRequest(scope=task(user_id), tiers=[W])))
     assert bad_request_fields(err) == ["strategy"]
+
+
+LT = pb.TIER_LONG_TERM
+
+BAD_PRUNES = {
+    "no strategy": (pb.PruneRequest(tiers=[LT]), "strategy"),
+    "unknown strategy": (pb.PruneRequest(tiers=[LT], strategy=99), "strategy"),  # type: ignore[arg-type]
+    "percent of zero": (
+        pb.PruneRequest(tiers=[LT], strategy=pb.PRUNE_STRATEGY_OLDEST_PERCENT, percent=0),
+        "percent",
+    ),
+    "percent over 100": (
+        pb.PruneRequest(tiers=[LT], strategy=pb.PRUNE_STRATEGY_OLDEST_PERCENT, percent=150),
+        "percent",
+    ),
+    "archive with no age": (
+        pb.PruneRequest(tiers=[LT], strategy=pb.PRUNE_STRATEGY_ARCHIVE_OLDER_THAN),
+        "older_than_days",
+    ),
+    "filter prune with no filter": (
+        pb.PruneRequest(tiers=[LT], strategy=pb.PRUNE_STRATEGY_BY_FILTER),
+        "filters",
+    ),
+    "unspecified tier": (
+        pb.PruneRequest(tiers=[pb.TIER_UNSPECIFIED], strategy=pb.PRUNE_STRATEGY_ALL),
+        "tiers[0]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_PRUNES, ids=list(BAD_PRUNES))
+async def test_a_bad_prune_names_the_field_and_removes_nothing(
+    memoryd: RunningServer, user_id: str, case: str
+) -> None:
+    await memoryd.stub.Add(pb.AddRequest(scope=scope(user_id), tier=LT, content="Keep me safe"))
+    request, field = BAD_PRUNES[case]
+    request.scope.CopyFrom(scope(user_id))
+    err = await rpc_error(memoryd.stub.Prune(request))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in bad_request_fields(err)
+    left = await memoryd.stub.Retrieve(pb.RetrieveRequest(scope=scope(user_id), tiers=[LT]))
+    assert [i.content for i in left.items] == ["Keep me safe"]
+
+
+async def test_prune_and_export_need_a_user(memoryd: RunningServer) -> None:
+    err = await rpc_error(
+        memoryd.stub.Prune(pb.PruneRequest(tiers=[LT], strategy=pb.PRUNE_STRATEGY_ALL))
+    )
+    assert bad_request_fields(err) == ["scope.user_id"]
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in memoryd.stub.Export(pb.ExportRequest()):
+            pass
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad_request_fields(caught.value) == ["scope.user_id"]
+
+
+async def test_export_of_an_unspecified_tier_is_refused(
+    memoryd: RunningServer, user_id: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in memoryd.stub.Export(
+            pb.ExportRequest(scope=scope(user_id), tiers=[pb.TIER_UNSPECIFIED])
+        ):
+            pass
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad_request_fields(caught.value) == ["tiers[0]"]
