@@ -139,6 +139,13 @@ RT006_PROFILES: dict[str, dict[str, int]] = {
 DEFAULT_PROFILE = "default"
 
 
+class TierQuota(BaseModel):
+    """Per-user limits of one tier for users on the default profile."""
+
+    max_memories: int | None = Field(None, ge=1)
+    max_bytes: int | None = Field(None, ge=1)
+
+
 class QuotaSettings(BaseModel):
     """RT-006 quota profiles and who is on which.
 
@@ -152,6 +159,10 @@ class QuotaSettings(BaseModel):
         description="Named profiles; free/pro/enterprise are built in",
     )
     default_profile: str = Field(DEFAULT_PROFILE, description="Profile of users with no assignment")
+    long_term: TierQuota = Field(
+        default_factory=TierQuota,
+        description="Default-profile long-term limits (MEMORYD_QUOTAS__LONG_TERM__MAX_MEMORIES)",
+    )
     tenant_profiles: dict[str, str] = Field(
         default_factory=dict, description='Tenant -> profile, e.g. {"acme": "enterprise"}'
     )

@@ -101,3 +101,14 @@ def test_a_custom_profile_can_be_added() -> None:
 def test_unknown_profiles_and_malformed_keys_are_refused(fields: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         QuotaSettings(**fields)  # type: ignore[arg-type]
+
+
+def test_the_default_profile_takes_quotas_long_term_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MEMORYD_QUOTAS__LONG_TERM__MAX_MEMORIES", "250")
+    settings = load_settings()
+    profiles = QuotaProfiles(settings.quotas, settings.long_term)
+    resolved = profiles.profile_for(Scope(tenant="default", user_id="u"))
+    assert resolved.name == "default"
+    assert resolved.limits.long_term_max_memories == 250

@@ -17,8 +17,8 @@ class ResolvedProfile:
 class QuotaProfiles:
     """Resolves a scope's profile: the user's assignment, else the tenant's, else the default.
 
-    The profile named "default" is the `long_term` settings block's limits, unless
-    `quotas.profiles` defines one of that name.
+    The profile named "default" has the `quotas.long_term` limits where set, else the
+    `long_term` settings block's, unless `quotas.profiles` defines one of that name.
     """
 
     def __init__(self, quotas: QuotaSettings, long_term: LongTermSettings) -> None:
@@ -27,8 +27,8 @@ class QuotaProfiles:
         self._profiles.setdefault(
             DEFAULT_PROFILE,
             QuotaProfile(
-                long_term_max_memories=long_term.max_memories,
-                long_term_max_bytes=long_term.max_bytes,
+                long_term_max_memories=quotas.long_term.max_memories or long_term.max_memories,
+                long_term_max_bytes=quotas.long_term.max_bytes or long_term.max_bytes,
             ),
         )
 
