@@ -264,12 +264,10 @@ class LongTermTier:
         return await memory.call(memory.store.delete_where, flt)
 
     async def export_count(self, scope: Scope) -> int:
-        flt = self._memory.scope_filter(scope, Tier.LONG_TERM, live_only=False)
-        return await self._memory.call(self._memory.store.count, flt)
+        return await self._memory.export_count(scope, Tier.LONG_TERM)
 
     def export_pages(self, scope: Scope) -> AsyncIterator[list[MemoryRecord]]:
-        # Soft-deleted and expired memories too: an export is a full backup.
-        return self._memory.pages(self._memory.scope_filter(scope, Tier.LONG_TERM, live_only=False))
+        return self._memory.export_pages(scope, Tier.LONG_TERM)
 
     def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
         problems = check_vector_restore(record)

@@ -141,11 +141,10 @@ class PersonaTier:
         return await memory.call(memory.store.delete_where, flt)
 
     async def export_count(self, scope: Scope) -> int:
-        flt = self._memory.scope_filter(scope, Tier.PERSONA, live_only=False)
-        return await self._memory.call(self._memory.store.count, flt)
+        return await self._memory.export_count(scope, Tier.PERSONA)
 
     def export_pages(self, scope: Scope) -> AsyncIterator[list[MemoryRecord]]:
-        return self._memory.pages(self._memory.scope_filter(scope, Tier.PERSONA, live_only=False))
+        return self._memory.export_pages(scope, Tier.PERSONA)
 
     def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
         problems = check_vector_restore(record)

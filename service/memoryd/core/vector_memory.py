@@ -169,6 +169,15 @@ class VectorMemory:
             if offset is None:
                 return sorted(found)
 
+    async def export_count(self, scope: Scope, tier: Tier) -> int:
+        """Everything of the user in `tier`, soft-deleted and expired included."""
+        flt = self.scope_filter(scope, tier, live_only=False)
+        return await self.call(self.store.count, flt)
+
+    def export_pages(self, scope: Scope, tier: Tier) -> AsyncIterator[list[MemoryRecord]]:
+        # Soft-deleted and expired memories too: an export is a full backup.
+        return self.pages(self.scope_filter(scope, tier, live_only=False))
+
     async def measure(self, flt: Filter) -> tuple[int, int]:
         """How many memories match, and their content bytes (payload `size`), paging."""
         count = size = 0
