@@ -85,6 +85,12 @@ class RetrievalSettings(BaseModel):
     rrf_k: int = Field(60, ge=1)
     dense_weight: float = Field(1.0, gt=0)
     sparse_weight: float = Field(1.0, gt=0)
+    relative_cutoff: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Also drop hits scoring under this share of the best hit's score (0: off)",
+    )
     default_token_budget: int = Field(1000, ge=1, description="cl100k tokens, when unasked")
     max_token_budget: int = Field(16_000, ge=1, description="Largest token_budget accepted")
 

@@ -243,3 +243,20 @@ async def test_queued_messages_written_before_a_restart_are_searchable_after(
     await second.app.copier.drain()
     found = await recall(second, user_id, "where does the user work", kinds=[pb.KIND_MESSAGE])
     assert [i.content for i in found.items][:1] == ["I work as a nurse at night"]
+
+
+async def test_a_relative_cutoff_drops_hits_far_below_the_best(
+    start_server: ServerFactory, user_id: str, tmp_path: Path
+) -> None:
+    plain = await start_server()
+    strict = await start_server(data_dir=tmp_path / "strict", retrieval={"relative_cutoff": 0.6})
+    for s in (plain, strict):
+        for content in SKI_MEMORIES:
+            await remember(s, user_id, content)
+    everything = await recall(plain, user_id, "skiing preferences")
+    best_only = await recall(strict, user_id, "skiing preferences")
+    assert len(everything.items) == 3
+    top = best_only.items[0].score
+    assert best_only.items[0].content == "User enjoys skiing"
+    assert all(i.score >= 0.6 * top for i in best_only.items)
+    assert len(best_only.items) < len(everything.items)

@@ -278,6 +278,10 @@ class VectorMemory:
             if record.score >= threshold:
                 scored.append(record)
         scored.sort(key=lambda r: r.score, reverse=True)
+        if scored and self._retrieval.relative_cutoff:
+            # Precision over recall: neighbours far below the best match are noise.
+            floor = scored[0].score * self._retrieval.relative_cutoff
+            scored = [r for r in scored if r.score >= floor]
         return TierHits(items=scored[:top_k], total=len(scored), embedding_ms=embedding_ms)
 
 
