@@ -259,9 +259,7 @@ class LongTermTier:
             return await self._drop_oldest(scope, n)
         else:
             raise Unimplemented(f"the {cmd.strategy.value} prune strategy on long-term memory")
-        if cmd.dry_run:
-            return await memory.call(memory.store.count, flt)
-        return await memory.call(memory.store.delete_where, flt)
+        return await memory.remove(flt, cmd.dry_run)
 
     async def export_count(self, scope: Scope) -> int:
         return await self._memory.export_count(scope, Tier.LONG_TERM)

@@ -136,9 +136,7 @@ class PersonaTier:
             )
         else:
             return 0  # persona facts are permanent: they neither expire nor age out
-        if cmd.dry_run:
-            return await memory.call(memory.store.count, flt)
-        return await memory.call(memory.store.delete_where, flt)
+        return await memory.remove(flt, cmd.dry_run)
 
     async def export_count(self, scope: Scope) -> int:
         return await self._memory.export_count(scope, Tier.PERSONA)

@@ -28,7 +28,7 @@ from memoryd.core.models import (
 )
 from memoryd.core.text import overlap_score, utf8_len, words
 from memoryd.core.tier import TierHits
-from memoryd.core.usage import quota_percent
+from memoryd.core.usage import add_scope
 from memoryd.core.validation import Violations
 from memoryd.settings import ShortTermSettings
 from memoryd.stores.hot.port import HotStore, SessionKey, SessionMessage
@@ -232,10 +232,5 @@ class ShortTermTier:
         for session in await self._sessions(scope):
             with hot_store_calls():
                 messages = await self._store.list_messages(session)
-            size = sum(m.size for m in messages)
-            usage.count += len(messages)
-            usage.bytes += size
-            usage.percent = max(
-                usage.percent, quota_percent(len(messages), s.max_messages, size, s.max_bytes)
-            )
+            add_scope(usage, len(messages), sum(x.size for x in messages))
         return usage

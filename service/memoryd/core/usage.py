@@ -24,6 +24,14 @@ def quota_percent(count: int, max_count: int, size: int, max_bytes: int) -> floa
     return max(parts)
 
 
+def add_scope(usage: TierUsage, count: int, size: int) -> None:
+    """Add one task's or session's totals; limits are per scope, so percent is that of the
+    fullest scope."""
+    usage.count += count
+    usage.bytes += size
+    usage.percent = max(usage.percent, quota_percent(count, usage.max_count, size, usage.max_bytes))
+
+
 def _alert(usage: TierUsage, settings: UsageSettings) -> UsageAlert | None:
     if usage.percent >= settings.critical_percent:
         level, advice = "critical", "nearly full: delete old memories or upgrade your plan"

@@ -169,6 +169,12 @@ class VectorMemory:
             if offset is None:
                 return sorted(found)
 
+    async def remove(self, flt: Filter, dry_run: bool) -> int:
+        """Delete what matches `flt` (on dry_run only count it); returns how many."""
+        if dry_run:
+            return await self.call(self.store.count, flt)
+        return await self.call(self.store.delete_where, flt)
+
     async def export_count(self, scope: Scope, tier: Tier) -> int:
         """Everything of the user in `tier`, soft-deleted and expired included."""
         flt = self.scope_filter(scope, tier, live_only=False)

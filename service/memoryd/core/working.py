@@ -27,7 +27,7 @@ from memoryd.core.models import (
 )
 from memoryd.core.text import overlap_score, utf8_len, words
 from memoryd.core.tier import TierHits
-from memoryd.core.usage import quota_percent
+from memoryd.core.usage import add_scope
 from memoryd.core.validation import Violations, check_key
 from memoryd.settings import LimitSettings, WorkingSettings
 from memoryd.stores.hot.port import EntryLimitReached, HotStore, TaskKey, WorkingEntry
@@ -276,12 +276,7 @@ class WorkingTier:
         for task in await self._tasks(scope):
             with hot_store_calls():
                 entries = await self._store.list_entries(task)
-            size = sum(e.size for e in entries)
-            usage.count += len(entries)
-            usage.bytes += size
-            usage.percent = max(
-                usage.percent, quota_percent(len(entries), s.max_entries, size, s.max_bytes)
-            )
+            add_scope(usage, len(entries), sum(x.size for x in entries))
         return usage
 
 
