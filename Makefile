@@ -36,6 +36,7 @@ redis:
 # The retrieval evaluation on the golden set; exits non-zero below its thresholds.
 eval: install
 	PYTHONPATH=service $(PY) evals/run_eval.py
+	PYTHONPATH=service $(PY) evals/run_longconv.py --min-recall 0.55
 
 gen: install
 	PYTHON=$(PY) bash scripts/gen_stubs.sh

@@ -52,3 +52,25 @@ def test_a_missing_config_file_is_an_error(tmp_path: Path) -> None:
 def test_invalid_values_are_refused() -> None:
     with pytest.raises(ValidationError):
         Settings(working={"max_entries": 0})
+
+
+def test_episodic_structured_and_retention_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults = Settings()
+    assert (defaults.episodic.ttl_days, defaults.episodic.max_episodes_per_agent) == (90, 1000)
+    assert defaults.episodic.max_steps == 50
+    assert (defaults.structured.max_documents, defaults.structured.max_bytes) == (
+        5000,
+        50 * 1024 * 1024,
+    )
+    retention = defaults.retention
+    assert (
+        retention.long_term_archive_after_days,
+        retention.structured_archive_after_days,
+        retention.episodic_archive_after_days,
+    ) == (365, 180, 90)
+    monkeypatch.setenv("MEMORYD_EPISODIC__TTL_DAYS", "30")
+    monkeypatch.setenv("MEMORYD_STRUCTURED__MAX_DOCUMENTS", "10")
+    monkeypatch.setenv("MEMORYD_RETENTION__EPISODIC_ARCHIVE_AFTER_DAYS", "45")
+    settings = load_settings()
+    assert settings.episodic.ttl_days == 30 and settings.structured.max_documents == 10
+    assert settings.retention.episodic_archive_after_days == 45

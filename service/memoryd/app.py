@@ -14,12 +14,14 @@ import redis.asyncio as aioredis
 
 from memoryd.core.cold_archive import ColdArchive
 from memoryd.core.engine import MemoryEngine
+from memoryd.core.episodic import EpisodicTier
 from memoryd.core.erasure import Erasure
 from memoryd.core.long_term import LongTermTier
 from memoryd.core.maintenance import Maintenance, MaintenanceLoop
 from memoryd.core.persona import PersonaTier
 from memoryd.core.quotas import QuotaProfiles
 from memoryd.core.short_term import ShortTermTier
+from memoryd.core.structured import StructuredTier
 from memoryd.core.tier import TierHandler
 from memoryd.core.token_budget import TokenCounter
 from memoryd.core.vector_memory import VectorMemory
@@ -186,11 +188,19 @@ async def build_app(
         memory, settings.long_term, clock, archive, quotas, settings.limits.max_content_bytes
     )
     copier = ConversationCopier(queue, long_term, settings.write_behind)
+    max_content = settings.limits.max_content_bytes
+    compress_over = settings.long_term.compress_over_bytes
+    episodic = EpisodicTier(memory, settings.episodic, clock, archive, max_content, compress_over)
+    structured = StructuredTier(
+        memory, settings.structured, clock, archive, max_content, compress_over
+    )
     tiers: list[TierHandler] = [
         WorkingTier(hot, settings.working, settings.limits, clock),
         ShortTermTier(hot, settings.short_term, clock, listener=copier.enqueue),
         long_term,
         PersonaTier(memory, settings.long_term, settings.limits, clock),
+        episodic,
+        structured,
     ]
     backups = FileBackupStore(settings.data_dir / "backups")
     erasure = Erasure(
@@ -209,7 +219,9 @@ async def build_app(
         archive,
         erasure,
     )
-    maintenance = Maintenance(memory, long_term, settings.retention)
+    maintenance = Maintenance(
+        memory, long_term, settings.retention, episodic=episodic, structured=structured
+    )
 
     async def vectors_up() -> bool:
         return await asyncio.to_thread(vectors.healthy)

@@ -1,6 +1,6 @@
 """`memoryd backup` and `memoryd restore`: per-user export files of the backed-up tiers
-(RT-005: long-term and persona), written and read through the engine's export and
-import paths, with the same item serialization as the Export RPC.
+(long-term, persona, episodic, structured), written and read through the engine's export
+and import paths, with the same item serialization as the Export RPC.
 
     <data_dir>/backups/<YYYY-MM-DD>/<tenant>/<user>.jsonl.gz
 
@@ -30,8 +30,9 @@ from memoryd.stores.backup.port import BackupStore
 from memoryd.transport import convert
 from memoryd.v1 import memory_pb2 as pb
 
-# The tiers RT-005 backs up that this server stores (working and short-term are not).
-BACKED_UP_TIERS = (Tier.LONG_TERM, Tier.PERSONA)
+# The durable tiers (RT-005 names long-term and persona; episodic and structured are
+# durable vector tiers too). Working and short-term are not backed up.
+BACKED_UP_TIERS = (Tier.LONG_TERM, Tier.PERSONA, Tier.EPISODIC, Tier.STRUCTURED)
 FORMAT_VERSION = "1"
 _WRITE_BATCH = 256
 

@@ -4,7 +4,8 @@ server, over gRPC. `main` adds them with `add_client_commands` and runs them wit
 
 An export file holds JSON lines, one `ExportResponse` each (header, items, trailer), as
 the server streamed them; `import` streams such a file back, so the trailer's checksum
-is verified by the server.
+is verified by the server. Export and import show their progress on stderr (see
+`memoryd.progress`); `-q` / `--no-progress` turns it off.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
 import grpc
 from google.protobuf import json_format
 
+from memoryd import progress
+from memoryd.progress import Progress
 from memoryd.settings import load_settings
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
@@ -28,7 +31,7 @@ _TIERS = {n.removeprefix("TIER_").lower(): v for n, v in pb.Tier.items() if v}
 _STRATEGIES = {
     n.removeprefix("PRUNE_STRATEGY_").lower(): v for n, v in pb.PruneStrategy.items() if v
 }
-_PROGRESS_EVERY = 1000
+_STDOUT = Path("-")
 
 
 class _Failed(Exception):
@@ -74,11 +77,15 @@ def add_client_commands(subparsers: argparse._SubParsersAction) -> None:  # type
     _common(export)
     _tiers_option(export)
     export.add_argument("--include-archived", action="store_true")
-    export.add_argument("-o", "--output", required=True, type=Path, help="file to write")
+    export.add_argument(
+        "-o", "--output", type=Path, default=_STDOUT, help="file to write (default, or -: stdout)"
+    )
+    progress.add_option(export)
 
     imp = subparsers.add_parser("import", help="import a JSON-lines export file for a user")
     _common(imp)
     imp.add_argument("file", type=Path)
+    progress.add_option(imp)
 
     prune = subparsers.add_parser("prune", help="prune a user's memories")
     _common(prune)
@@ -137,20 +144,37 @@ def _export(stub: memory_pb2_grpc.MemoryServiceStub, args: argparse.Namespace) -
     request = pb.ExportRequest(
         scope=_scope(args), tiers=args.tiers, include_archived=args.include_archived
     )
-    items = 0
     path: Path = args.output
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("w", encoding="utf-8") as out:
-        for message in stub.Export(request, timeout=args.timeout):
-            out.write(json.dumps(json_format.MessageToDict(message), separators=(",", ":")))
-            out.write("\n")
-            if message.WhichOneof("payload") == "item":
-                items += 1
-                if items % _PROGRESS_EVERY == 0:
-                    print(f"exported {items:,} items", file=sys.stderr)
-    partial.replace(path)  # only a complete export takes the file's name
-    print(f"exported {items:,} items to {path}", file=sys.stderr)
+    to_stdout = path == _STDOUT
+    # Bar frames between data lines on one terminal would garble both: plain lines then.
+    tty = False if to_stdout and progress.is_tty(sys.stdout) else None
+    with Progress("export", "items", enabled=not args.no_progress, tty=tty) as bar:
+        if to_stdout:
+            items = _write_export(stub.Export(request, timeout=args.timeout), sys.stdout, bar)
+            sys.stdout.flush()
+        else:
+            partial = path.with_name(path.name + ".partial")
+            with partial.open("w", encoding="utf-8") as out:
+                items = _write_export(stub.Export(request, timeout=args.timeout), out, bar)
+            partial.replace(path)  # only a complete export takes the file's name
+        bar.close(f"exported {items:,} items to {'stdout' if to_stdout else path}")
     return 0
+
+
+def _write_export(stream: Iterable[pb.ExportResponse], out: TextIO, bar: Progress) -> int:
+    """Write the stream as JSON lines; the header's total is the bar's."""
+    items = total = 0
+    for message in stream:
+        out.write(json.dumps(json_format.MessageToDict(message), separators=(",", ":")))
+        out.write("\n")
+        kind = message.WhichOneof("payload")
+        if kind == "header":
+            total = message.header.total
+            bar(items, total)
+        elif kind == "item":
+            items += 1
+            bar(items, total)
+    return items
 
 
 def _read_export(lines: TextIO, path: Path) -> Iterator[pb.ExportResponse]:
@@ -167,12 +191,14 @@ def _import(stub: memory_pb2_grpc.MemoryServiceStub, args: argparse.Namespace) -
     path: Path = args.file
     sent = 0
     problem: _Failed | None = None
+    bar = Progress("import", "items", enabled=not args.no_progress)
 
     def requests(lines: TextIO) -> Iterator[pb.ImportRequest]:
         # Runs on gRPC's sending thread: a bad line ends the stream (the server then
         # refuses it for its missing trailer) and is reported once the call returns.
         nonlocal sent, problem
         first = True
+        total = 0  # the file's header says how many items follow
         try:
             for message in _read_export(lines, path):
                 request = pb.ImportRequest()
@@ -182,26 +208,28 @@ def _import(stub: memory_pb2_grpc.MemoryServiceStub, args: argparse.Namespace) -
                 kind = message.WhichOneof("payload")
                 if kind == "header":
                     request.header.CopyFrom(message.header)
+                    total = message.header.total
+                    bar(sent, total)
                 elif kind == "item":
                     request.item.CopyFrom(message.item)
                     sent += 1
-                    if sent % _PROGRESS_EVERY == 0:
-                        print(f"sent {sent:,} items", file=sys.stderr)
+                    bar(sent, total)
                 elif kind == "trailer":
                     request.trailer.CopyFrom(message.trailer)
                 yield request
         except _Failed as err:
             problem = err
 
-    with path.open(encoding="utf-8") as lines:
+    with bar, path.open(encoding="utf-8") as lines:
         try:
             reply = stub.Import(requests(lines), timeout=args.timeout)
         except grpc.RpcError:
             if problem is not None:
                 raise problem from None
             raise
-    if problem is not None:
-        raise problem
+        if problem is not None:
+            raise problem
+        bar.close()  # the final count sent; the server's answer goes to stdout
     verified = "checksum verified" if reply.checksum_verified else "no checksum"
     print(f"imported {reply.imported_count:,} items, skipped {reply.skipped_count:,} ({verified})")
     return 0

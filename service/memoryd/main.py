@@ -7,13 +7,14 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
+from memoryd import progress
 from memoryd.app import App, StartupRefused, build_app, build_embedder
 from memoryd.backup import BackupCorrupt, backup, restore
 from memoryd.client_commands import add_client_commands, run_client_command
 from memoryd.core.vector_memory import VectorMemory
+from memoryd.progress import Progress
 from memoryd.reindex import ReindexRefused, reindex
 from memoryd.settings import Settings, load_settings
 from memoryd.stores.backup.port import BackupStore, BackupStoreError
@@ -31,29 +32,25 @@ def _parser() -> argparse.ArgumentParser:
         help="archive memories past their retention and purge expired/deleted ones, once "
         "(server stopped)",
     )
-    commands.add_parser(
+    reindexing = commands.add_parser(
         "reindex", help="re-embed every memory with the configured embedder (server stopped)"
     )
-    commands.add_parser(
+    progress.add_option(reindexing)
+    backing_up = commands.add_parser(
         "backup",
         help="write today's per-user backup of long-term and persona memories and delete "
         "backups past their retention (server stopped)",
     )
+    progress.add_option(backing_up)
     back = commands.add_parser(
         "restore", help="import backed-up memories again, skipping ids already there"
     )
     back.add_argument("--date", help="backup day YYYY-MM-DD (default: the latest)")
     back.add_argument("--user", help="only this user's backup")
     back.add_argument("--tenant", help="only this tenant's backups")
+    progress.add_option(back)
     add_client_commands(commands)
     return parser
-
-
-def _progress(verb: str) -> Callable[[int, int], None]:
-    def show(done: int, total: int) -> None:
-        print(f"\r{verb} {done:,} of {total:,} users", end="", file=sys.stderr, flush=True)
-
-    return show
 
 
 def _backups_of(app: App) -> tuple[VectorMemory, BackupStore]:
@@ -61,26 +58,21 @@ def _backups_of(app: App) -> tuple[VectorMemory, BackupStore]:
     return app.memory, app.backups
 
 
-async def _backup(settings: Settings) -> int:
+async def _backup(settings: Settings, args: argparse.Namespace) -> int:
     app = await build_app(settings)
     try:
         memory, store = _backups_of(app)
-        report = await backup(
-            app.engine,
-            memory,
-            store,
-            time.time(),
-            settings.backup.retention_days,
-            _progress("backed up"),
-        )
+        with Progress("backup", "users", enabled=not args.no_progress) as bar:
+            report = await backup(
+                app.engine, memory, store, time.time(), settings.backup.retention_days, bar
+            )
+            bar.close(
+                f"backup {report.day} done: backed up {report.users:,} of {bar.total:,} "
+                f"users, {report.items:,} memories; {report.days_deleted:,} backup days older "
+                f"than {settings.backup.retention_days} days deleted"
+            )
     finally:
         await app.close()
-    print(
-        f"\nbackup {report.day} done: {report.users:,} users, {report.items:,} memories; "
-        f"{report.days_deleted:,} backup days older than {settings.backup.retention_days} "
-        "days deleted",
-        file=sys.stderr,
-    )
     return 0
 
 
@@ -88,9 +80,13 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
     app = await build_app(settings)
     try:
         _, store = _backups_of(app)
-        report = await restore(
-            app.engine, store, args.date, args.user, args.tenant, _progress("restored")
-        )
+        with Progress("restore", "files", enabled=not args.no_progress) as bar:
+            report = await restore(app.engine, store, args.date, args.user, args.tenant, bar)
+            if report.day:
+                bar.close(
+                    f"restore of {report.day} done: {report.users:,} users, "
+                    f"{report.imported:,} memories imported, {report.skipped:,} already there"
+                )
     except (BackupCorrupt, BackupStoreError) as exc:
         logging.getLogger("memoryd").error("restore refused: %s", exc)
         return 2
@@ -99,24 +95,17 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
     if not report.day:
         print("restore: there are no backups", file=sys.stderr)
         return 1
-    print(
-        f"\nrestore of {report.day} done: {report.users:,} users, {report.imported:,} "
-        f"memories imported, {report.skipped:,} already there",
-        file=sys.stderr,
-    )
     return 0
 
 
-def _reindex(settings: Settings) -> int:
-    def progress(done: int, total: int) -> None:
-        print(f"\rreindexed {done:,} of {total:,} memories", end="", file=sys.stderr, flush=True)
-
+def _reindex(settings: Settings, args: argparse.Namespace) -> int:
     try:
-        copied = reindex(settings, build_embedder(settings), progress)
+        with Progress("reindex", "memories", enabled=not args.no_progress) as bar:
+            copied = reindex(settings, build_embedder(settings), bar)
+            bar.close(f"reindex done: {copied:,} memories re-embedded")
     except ReindexRefused as exc:
         logging.getLogger("memoryd").error("reindex refused: %s", exc)
         return 2
-    print(f"\nreindex done: {copied:,} memories re-embedded", file=sys.stderr)
     return 0
 
 
@@ -128,7 +117,9 @@ async def _maintain(settings: Settings) -> None:
         await app.close()
     print(
         f"maintenance done: {report.users:,} users, {report.archived:,} memories archived "
-        f"(older than {settings.retention.long_term_archive_after_days} days), "
+        f"(past retention: long-term {settings.retention.long_term_archive_after_days}, "
+        f"structured {settings.retention.structured_archive_after_days}, "
+        f"episodic {settings.retention.episodic_archive_after_days} days), "
         f"{report.purged:,} expired or deleted memories purged"
     )
 
@@ -147,15 +138,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.command != "serve":
+        progress.quiet_library_bars(not getattr(args, "no_progress", False))
     try:
         if args.command == "serve":
             asyncio.run(_serve(settings))
         elif args.command == "maintain":
             asyncio.run(_maintain(settings))
         elif args.command == "reindex":
-            return _reindex(settings)
+            return _reindex(settings, args)
         elif args.command == "backup":
-            return asyncio.run(_backup(settings))
+            return asyncio.run(_backup(settings, args))
         elif args.command == "restore":
             return asyncio.run(_restore(settings, args))
     except StartupRefused as exc:

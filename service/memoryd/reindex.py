@@ -16,7 +16,7 @@ from memoryd.core.payload import embed_text_of
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.vectors.edge_store import EdgeVectorStore, peek_meta, promote_collection
-from memoryd.stores.vectors.port import SparseVector, VectorPoint, VectorStore
+from memoryd.stores.vectors.port import TERMS_FIELD, SparseVector, VectorPoint, VectorStore
 
 
 class ReindexRefused(Exception):
@@ -49,7 +49,7 @@ def copy_reembedded(
                     id=point.id,
                     dense=vector,
                     sparse=SparseVector(list(sparse.indices), list(sparse.values)),
-                    payload=point.payload,
+                    payload={**point.payload, TERMS_FIELD: bm25.distinct_terms(text)},
                 )
             )
         target.upsert(upserts)

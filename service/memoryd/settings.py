@@ -91,6 +91,20 @@ class RetrievalSettings(BaseModel):
         le=1,
         description="Also drop hits scoring under this share of the best hit's score (0: off)",
     )
+    keyword_weight: float = Field(
+        0.8,
+        ge=0,
+        le=1,
+        description="How far the IDF-weighted share of query keywords a memory holds lifts "
+        "its score from its cosine similarity towards 1 (0: similarity alone)",
+    )
+    diversity: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="Maximal-marginal-relevance penalty per unit of similarity to a memory "
+        "already returned (0: plain score order)",
+    )
     default_token_budget: int = Field(1000, ge=1, description="cl100k tokens, when unasked")
     max_token_budget: int = Field(16_000, ge=1, description="Largest token_budget accepted")
 
@@ -104,6 +118,31 @@ class LongTermSettings(BaseModel):
         100 * 1024 * 1024,
         ge=1,
         description="Content bytes per user of the 'default' quota profile; RESOURCE_EXHAUSTED",
+    )
+
+
+class EpisodicSettings(BaseModel):
+    """Episodic memory: an agent's past tasks (task, steps, outcome), found by similarity."""
+
+    ttl_days: int = Field(
+        90, ge=1, description="Episodes expire this many days after they are added (at most)"
+    )
+    max_episodes_per_agent: int = Field(
+        1000, ge=1, description="Live episodes per (user, agent); RESOURCE_EXHAUSTED past it"
+    )
+    max_steps: int = Field(50, ge=1, description="Steps of one episode")
+
+
+class StructuredSettings(BaseModel):
+    """Structured memory: a user's JSON documents, searched and filtered by field."""
+
+    max_documents: int = Field(
+        5000, ge=1, description="Live documents per user; RESOURCE_EXHAUSTED past it"
+    )
+    max_bytes: int = Field(
+        50 * 1024 * 1024,
+        ge=1,
+        description="Document JSON bytes per user; an add past it is refused",
     )
 
 
@@ -284,6 +323,8 @@ class Settings(BaseSettings):
     embedder: EmbedderSettings = EmbedderSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     long_term: LongTermSettings = LongTermSettings()
+    episodic: EpisodicSettings = EpisodicSettings()
+    structured: StructuredSettings = StructuredSettings()
     write_behind: WriteBehindSettings = WriteBehindSettings()
     usage: UsageSettings = UsageSettings()
     retention: RetentionSettings = RetentionSettings()

@@ -1,16 +1,22 @@
-"""The CLI's client commands (export, import, prune, usage) against a running server."""
+"""The CLI's client commands (export, import, prune, usage) against a running server, and
+the progress display of the long commands."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from clock import MovableClock
 from conftest import RunningServer, ServerFactory
 from memoryd.client_commands import add_client_commands, run_client_command
+from memoryd.main import _parser as main_parser
+from memoryd.progress import Progress
 from memoryd.v1 import memory_pb2 as pb
 from rpc import scope
 
@@ -120,3 +126,173 @@ async def test_a_corrupted_export_file_is_refused_with_its_line(
 
 def test_commands_of_others_are_left_alone() -> None:
     assert run_client_command(argparse.Namespace(command="serve")) is None
+
+
+# -- progress on stderr --
+
+
+def without_export_time(data: bytes) -> bytes:
+    """The export, but for the header's exported_at (the server's wall clock)."""
+    return re.sub(rb'"exportedAt":"[^"]*"', b'"exportedAt":""', data, count=1)
+
+
+async def test_export_to_stdout_is_the_file_byte_for_byte_and_importable(
+    start_server: ServerFactory, user_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = await start_server()
+    await fill(s, user_id)
+    dump = tmp_path / "dump.jsonl"
+    assert await run("export", "--target", target(s), "--user", user_id, "-o", str(dump)) == 0
+    capsys.readouterr()
+
+    assert await run("export", "--target", target(s), "--user", user_id) == 0
+    captured = capsys.readouterr()
+    file_bytes = without_export_time(dump.read_bytes())
+    assert without_export_time(captured.out.encode()) == file_bytes
+    assert "exported 4 items to stdout" in captured.err and "{" not in captured.err
+    assert await run("export", "--target", target(s), "--user", user_id, "-o", "-") == 0
+    assert without_export_time(capsys.readouterr().out.encode()) == file_bytes
+
+    piped = tmp_path / "piped.jsonl"  # what `memoryd export > piped.jsonl` leaves
+    piped.write_text(captured.out)
+    other = f"{user_id}-piped"
+    assert await run("import", "--target", target(s), "--user", other, str(piped)) == 0
+    assert "imported 4 items, skipped 0 (checksum verified)" in capsys.readouterr().out
+
+
+async def test_off_a_terminal_progress_is_plain_lines_ending_with_the_count(
+    start_server: ServerFactory, user_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = await start_server()
+    await fill(s, user_id)
+    dump = tmp_path / "dump.jsonl"
+    # pytest's captured stderr is not a terminal, as under cron, CI or a pipe.
+    assert await run("export", "--target", target(s), "--user", user_id, "-o", str(dump)) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and err.endswith("\n")
+    assert err.splitlines()[-1].startswith(f"exported 4 items to {dump} [")
+
+    assert await run("import", "--target", target(s), "--user", f"{user_id}-2", str(dump)) == 0
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err
+    assert captured.err.splitlines()[-1].startswith("import: 4/4 items [")
+    assert captured.out.startswith("imported 4 items")
+
+
+async def test_no_progress_leaves_stderr_empty(
+    start_server: ServerFactory, user_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = await start_server()
+    await fill(s, user_id)
+    dump = tmp_path / "dump.jsonl"
+    argv = ("--target", target(s), "--user", user_id)
+    assert await run("export", *argv, "--no-progress", "-o", str(dump)) == 0
+    assert capsys.readouterr().err == ""
+    assert await run("export", *argv, "-q") == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert without_export_time(captured.out.encode()) == without_export_time(dump.read_bytes())
+
+    other = ("--target", target(s), "--user", f"{user_id}-2")
+    assert await run("import", *other, "--no-progress", str(dump)) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out.startswith("imported 4 items")
+
+
+def test_the_cli_offers_no_progress_on_every_long_command() -> None:
+    parser = main_parser()
+    for argv in (
+        ["export", "--user", "u"],
+        ["import", "--user", "u", "f.jsonl"],
+        ["backup"],
+        ["restore"],
+        ["reindex"],
+    ):
+        assert parser.parse_args([*argv, "--no-progress"]).no_progress is True
+        assert parser.parse_args([*argv, "-q"]).no_progress is True
+        assert parser.parse_args(argv).no_progress is False
+
+
+def render(tty: bool, reports: list[tuple[float, int, int]], summary: str | None = None) -> str:
+    """What a display writes for `(seconds since start, done, total)` reports."""
+    clock = MovableClock(0.0)
+    out = io.StringIO()
+    with Progress("export", "items", stream=out, tty=tty, columns=100, clock=clock) as bar:
+        for at, done, total in reports:
+            clock.now = at
+            bar(done, total)
+        bar.close(summary)
+    return out.getvalue()
+
+
+def test_on_a_terminal_a_bar_is_redrawn_in_place_with_count_percent_rate_and_eta() -> None:
+    text = render(True, [(0.0, 0, 1000), (1.0, 100, 1000), (2.0, 500, 1000), (4.0, 1000, 1000)])
+    frames = text.split("\r")[1:]
+    assert len(frames) == 5  # four frames, then the final line over the last one
+    assert "  0% |" in frames[0] and "0/1,000 items" in frames[0] and "<?, ? items/s]" in frames[0]
+    half = frames[2]
+    assert " 50% |" in half and "500/1,000 items" in half
+    assert "[0:02<0:02, 250 items/s]" in half  # 500 items in 2 s: 250/s, 500 left: 2 s
+    bar = half.split("|")[1]
+    assert bar.count("#") == len(bar) // 2
+    assert "100% |" in frames[3] and "1,000/1,000 items" in frames[3]
+    assert len({len(f.split("|")[1]) for f in frames[:4]}) == 1  # the bar keeps its width
+    assert frames[4].rstrip() == "export: 1,000/1,000 items [0:04, 250 items/s]"
+    assert frames[4].endswith("\n") and len(frames[4]) - 1 >= len(frames[3])  # covers it
+    assert all(len(f.rstrip("\n")) < 100 for f in frames)  # never wraps the terminal
+
+
+def test_on_a_terminal_frames_are_throttled_but_the_final_line_is_not() -> None:
+    reports = [(0.0, i, 1000) for i in range(1000)]  # a thousand reports in no time
+    text = render(True, reports, summary="exported 1,000 items")
+    assert text.count("\r") == 2  # one frame, one final line
+    assert text.split("\r")[-1].rstrip() == "exported 1,000 items [0:00]"
+
+
+def test_off_a_terminal_a_short_job_prints_only_its_final_line() -> None:
+    text = render(False, [(0.0, 0, 4), (0.1, 2, 4), (0.2, 4, 4)], summary="exported 4 items")
+    assert text == "exported 4 items [0:00, 20 items/s]\n"
+
+
+def test_off_a_terminal_a_long_job_prints_a_few_plain_lines() -> None:
+    reports = [(0.0, 0, 1000)] + [(i / 10, i * 10, 1000) for i in range(1, 101)]  # 10 s
+    lines = render(False, reports).splitlines(keepends=True)
+    assert "\r" not in "".join(lines) and all(line.endswith("\n") for line in lines)
+    assert 2 <= len(lines) <= 4  # milestones at least 5 s apart, then the final line
+    assert lines[0] == "export: 500/1,000 items (50%) [0:05<0:05, 100 items/s]\n"
+    assert lines[-1] == "export: 1,000/1,000 items [0:10, 100 items/s]\n"
+
+
+def test_an_unknown_or_zero_total_shows_the_count_alone() -> None:
+    for total in (0, -1):
+        text = render(True, [(0.0, 0, total), (2.0, 30, total)])
+        assert "%" not in text and "<" not in text and "|" not in text
+        assert "\rexport 30 items [0:02, 15 items/s]" in text
+        assert text.endswith("export: 30 items [0:02, 15 items/s]\n")
+        assert render(False, [(0.0, 0, total), (60.0, 30, total)]) == (
+            "export: 30 items [1:00, 0.5 items/s]\n"
+        )
+    empty = render(False, [(0.0, 0, 0)], summary="exported 0 items")
+    assert empty == "exported 0 items [0:00]\n"
+    # More done than the total announced (items added meanwhile): a count, not 120 %.
+    assert render(False, [(0.0, 0, 100), (1.0, 120, 100)]).startswith("export: 120 items [")
+
+
+def test_a_disabled_display_writes_nothing() -> None:
+    out = io.StringIO()
+    with Progress("export", "items", enabled=False, stream=out, tty=True) as bar:
+        bar(1, 2)
+        assert bar.total == 2
+        bar.close("exported 2 items")
+    assert out.getvalue() == ""
+
+
+def test_a_failure_ends_the_bar_line_without_a_summary() -> None:
+    out = io.StringIO()
+    with pytest.raises(RuntimeError), Progress("export", "items", stream=out, tty=True) as bar:
+        bar(1, 2)
+        raise RuntimeError("boom")
+    text = out.getvalue()
+    assert text.startswith("\rexport  50% |") and text.endswith("\n") and text.count("\n") == 1
+    bar(2, 2)  # a late report (another thread) after the end is ignored
+    assert out.getvalue() == text

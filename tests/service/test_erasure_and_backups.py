@@ -22,6 +22,7 @@ from memoryd.v1 import memory_pb2 as pb
 from rpc import scope
 
 WK, ST, LT, PE = pb.TIER_WORKING, pb.TIER_SHORT_TERM, pb.TIER_LONG_TERM, pb.TIER_PERSONA
+EP, SD = pb.TIER_EPISODIC, pb.TIER_STRUCTURED
 DAY = 86_400.0
 START = datetime(2024, 1, 15, 9, tzinfo=UTC).timestamp()
 SECRET = ["Victim enjoys skiing in the Alps", "Victim is allergic to peanuts"]
@@ -48,8 +49,8 @@ async def add(s: RunningServer, sc: pb.Scope, tier: int, content: str, **kw: Any
 
 async def fill(s: RunningServer, clock: MovableClock, user: str) -> None:
     """Every kind of place a user's memories live: an archived memory, live, soft-deleted
-    and expired long-term memories, a persona fact, two tasks, two sessions (and their
-    durable long-term copies)."""
+    and expired long-term memories, a persona fact, an episode, a JSON document, two tasks,
+    two sessions (and their durable long-term copies)."""
     await add(s, scope(user), LT, f"{user} archived: {SECRET[0]}")
     clock.advance(400 * DAY)
     await s.stub.Prune(
@@ -67,12 +68,18 @@ async def fill(s: RunningServer, clock: MovableClock, user: str) -> None:
     expiring.expires_at.FromSeconds(int(clock() + 60))
     await s.stub.Add(expiring)
     await add(s, scope(user), PE, f"{user} lives in Lisbon", key="city")
+    await add(s, scope(user, agent_id="a"), EP, "", episode=episode(user))
+    await add(s, scope(user), SD, "", document_json=json.dumps({"owner": user, "pin": "1234"}))
     for task in ["t1", "t2"]:
         await add(s, scope(user, agent_id="a", task_id=task), WK, f"{user} {task}", key="k")
     for session in ["s1", "s2"]:
         await add(s, scope(user, session_id=session), ST, f"{user} said hi in {session}")
     await s.app.copier.drain()
     clock.advance(120)  # the expiring memory is now expired
+
+
+def episode(user: str) -> pb.Episode:
+    return pb.Episode(task=f"{user} booked a trip", steps=[pb.EpisodeStep(action="search")])
 
 
 async def everything(s: RunningServer, user: str) -> list[pb.MemoryItem]:
@@ -114,15 +121,15 @@ async def test_erasure_removes_the_user_everywhere_and_leaves_others_alone(
     # Dry run: counts only.
     dry = await erase(s, user_id, dry_run=True)
     # long-term: archived + live + soft-deleted + expired + 2 message copies.
-    expected = {WK: 2, ST: 2, LT: 6, PE: 1}
+    expected = {WK: 2, ST: 2, LT: 6, PE: 1, EP: 1, SD: 1}
     assert dry.dry_run and {c.tier: c.count for c in dry.per_tier} == expected
-    assert len(await everything(s, user_id)) == 11
+    assert len(await everything(s, user_id)) == 13
     assert not (data / "audit" / "erasures.jsonl").exists()
 
     reply = await erase(s, user_id)
 
     assert not reply.dry_run and {c.tier: c.count for c in reply.per_tier} == expected
-    assert reply.deleted_count == 11
+    assert reply.deleted_count == 13
     assert await everything(s, user_id) == []
     for task in ["t1", "t2"]:
         assert await retrieved(s, scope(user_id, agent_id="a", task_id=task), WK) == []
@@ -131,6 +138,8 @@ async def test_erasure_removes_the_user_everywhere_and_leaves_others_alone(
     assert await retrieved(s, scope(user_id), LT) == []
     assert await retrieved(s, scope(user_id), LT, "skiing peanuts allergy") == []
     assert await retrieved(s, scope(user_id), PE) == []
+    assert await retrieved(s, scope(user_id), EP, "booked a trip") == []
+    assert await retrieved(s, scope(user_id), SD) == []
     assert files_under(data / "archive" / "default" / user_id) == []
     assert not (backups / f"{user_id}.jsonl.gz").exists()
     # The other user keeps everything, archive and backup included.
@@ -142,9 +151,16 @@ async def test_erasure_removes_the_user_everywhere_and_leaves_others_alone(
     [line] = [json.loads(x) for x in audit.splitlines()]
     assert line["tenant"] == "default" and line["user_id"] == user_id
     assert line["requested_by"] and line["time"].startswith(day)
-    assert line["per_tier"] == {"working": 2, "short_term": 2, "long_term": 6, "persona": 1}
+    assert line["per_tier"] == {
+        "working": 2,
+        "short_term": 2,
+        "long_term": 6,
+        "persona": 1,
+        "episodic": 1,
+        "structured": 1,
+    }
     assert line["backup_files"] == 1
-    for content in [*SECRET, "Lisbon", "said hi", "soft-deleted", "expiring"]:
+    for content in [*SECRET, "Lisbon", "said hi", "soft-deleted", "expiring", "trip", "1234"]:
         assert content not in audit
 
 
@@ -186,19 +202,21 @@ async def test_backup_then_restore_brings_erased_memories_back_with_their_ids(
     gone = await add(s, scope(user_id), LT, "User is vegetarian")
     await s.stub.Delete(pb.DeleteRequest(scope=scope(user_id), tier=LT, ids=[gone]))
     await add(s, scope(user_id), PE, "Ana", key="name")
+    await add(s, scope(user_id, agent_id="a"), EP, "", episode=episode(user_id))
+    await add(s, scope(user_id), SD, "", document_json='{"order": "A-1", "total": 42}')
     before = {i.id: i for i in await everything(s, user_id)}
 
     report = await backup(s.app.engine, s.app.memory, s.app.backups, clock(), 30)
 
-    assert report.users == 1 and report.items == 3
+    assert report.users == 1 and report.items == 5
     path = tmp_path / "data" / "backups" / "2024-01-15" / "default" / f"{user_id}.jsonl.gz"
     lines = backup_lines(path)
     assert lines[0]["memorydBackup"]["userId"] == user_id
     assert "header" in lines[1] and "trailer" in lines[-1]
-    assert int(lines[-1]["trailer"]["itemCount"]) == 3 and lines[-1]["trailer"]["checksumSha256"]
+    assert int(lines[-1]["trailer"]["itemCount"]) == 5 and lines[-1]["trailer"]["checksumSha256"]
     assert {x["item"]["id"] for x in lines[2:-1]} == set(before)
 
-    for tier in [LT, PE]:  # an ordinary prune of each tier, not an erasure
+    for tier in [LT, PE, EP, SD]:  # an ordinary prune of each tier, not an erasure
         await s.stub.Prune(
             pb.PruneRequest(scope=scope(user_id), tiers=[tier], strategy=pb.PRUNE_STRATEGY_ALL)
         )
@@ -206,20 +224,14 @@ async def test_backup_then_restore_brings_erased_memories_back_with_their_ids(
 
     restored = await restore(s.app.engine, s.app.backups, user_id=user_id)
 
-    assert (restored.day, restored.users, restored.imported) == ("2024-01-15", 1, 3)
+    assert (restored.day, restored.users, restored.imported) == ("2024-01-15", 1, 5)
     after = {i.id: i for i in await everything(s, user_id)}
     assert set(after) == set(before)
     for item_id, item in before.items():
         got = after[item_id]
-        assert (got.content, got.tier, got.key, dict(got.metadata), got.deleted) == (
-            item.content,
-            item.tier,
-            item.key,
-            dict(item.metadata),
-            item.deleted,
-        )
+        assert got == item  # content, episode, document, metadata, times, flags
     again = await restore(s.app.engine, s.app.backups, day="2024-01-15")
-    assert (again.imported, again.skipped) == (0, 3)
+    assert (again.imported, again.skipped) == (0, 5)
 
 
 async def test_backup_days_older_than_the_retention_are_deleted(

@@ -135,6 +135,8 @@ async def test_export_has_a_header_every_item_of_every_tier_and_a_trailer(
         pb.TIER_SHORT_TERM: 2,
         pb.TIER_LONG_TERM: 5,
         pb.TIER_PERSONA: 1,
+        pb.TIER_EPISODIC: 0,
+        pb.TIER_STRUCTURED: 0,
     }
     assert dump.header.total == len(dump.items) == dump.trailer.item_count == 10
     assert dump.trailer.checksum_sha256 == checksum(dump.items)
@@ -219,7 +221,7 @@ async def test_an_item_of_a_tier_the_server_cannot_store_is_refused(
     memoryd: RunningServer, user_id: str
 ) -> None:
     items = [
-        pb.MemoryItem(id="1f0e6a3c-0000-4000-8000-000000000001", tier=pb.TIER_EPISODIC, content="x")
+        pb.MemoryItem(id="1f0e6a3c-0000-4000-8000-000000000001", tier=pb.TIER_ENTITY, content="x")
     ]
     dump = Export(
         pb.ExportHeader(), items, pb.ExportTrailer(item_count=1, checksum_sha256=checksum(items))
@@ -284,7 +286,7 @@ async def test_imported_items_belong_to_the_importing_user(
     assert (again.imported_count, again.skipped_count) == (0, 10)
 
 
-@pytest.mark.parametrize("tier", [pb.TIER_EPISODIC])
+@pytest.mark.parametrize("tier", [pb.TIER_ENTITY])
 async def test_exporting_a_tier_of_a_later_version_answers_unimplemented(
     memoryd: RunningServer, user_id: str, tier: int
 ) -> None:

@@ -87,6 +87,11 @@ def tokenize(text: str) -> list[str]:
     return [porter_stem(word) for word in _WORD_RE.findall(normalised) if word not in STOP_WORDS]
 
 
+def distinct_terms(text: str) -> list[str]:
+    """The sorted distinct terms of ``text``: what a memory is counted under for IDF."""
+    return sorted(set(tokenize(text)))
+
+
 @dataclass(frozen=True, slots=True)
 class BM25Encoder:
     """BM25 parameters; ``avg_doc_len`` is in tokens after stop-word removal."""

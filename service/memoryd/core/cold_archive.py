@@ -12,6 +12,7 @@ import itertools
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, ParamSpec, TypeVar
 
+from memoryd.core.bodies import episode_from_dict, episode_to_dict
 from memoryd.core.errors import StoreUnavailable
 from memoryd.core.models import Kind, MemoryRecord, Role, Scope, Source, Tier
 from memoryd.stores.archive.port import ArchiveStore, ArchiveStoreError
@@ -44,6 +45,8 @@ def to_entry(record: MemoryRecord, scope: Scope, archived_at: float) -> dict[str
         "task_id": record.task_id,
         "deleted": record.deleted,
         "archived_at": archived_at,
+        "episode": episode_to_dict(record.episode) if record.episode is not None else None,
+        "document_json": record.document_json,
     }
 
 
@@ -67,6 +70,8 @@ def from_entry(entry: dict[str, Any]) -> MemoryRecord:
         task_id=str(entry.get("task_id", "")),
         archived=True,
         deleted=bool(entry.get("deleted", False)),
+        episode=episode_from_dict(entry.get("episode")),
+        document_json=str(entry.get("document_json") or ""),
     )
 
 

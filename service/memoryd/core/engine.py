@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 
@@ -48,6 +49,10 @@ _MAX_REPORTED_ITEMS = 20
 # Tiers addressed by key as well as by id.
 _KEYED_TIERS = frozenset({Tier.WORKING, Tier.PERSONA})
 
+# Tiers whose items are a structured body (an episode, a JSON document), not `content`:
+# the tier checks the body and derives the content from it.
+_BODY_TIERS = frozenset({Tier.EPISODIC, Tier.STRUCTURED})
+
 
 class MemoryEngine:
     def __init__(
@@ -84,7 +89,12 @@ class MemoryEngine:
     async def add(self, cmd: AddCommand) -> AddResult:
         v = Violations()
         check_scope(v, cmd.scope, self._limits)
-        check_content(v, cmd.content, self._limits)
+        if cmd.tier not in _BODY_TIERS:
+            check_content(v, cmd.content, self._limits)
+        if cmd.episode is not None and cmd.tier is not Tier.EPISODIC:
+            v.add("episode", "is only for the episodic tier")
+        if cmd.document_json and cmd.tier is not Tier.STRUCTURED:
+            v.add("document_json", "is only for the structured tier")
         check_metadata(v, "metadata", cmd.metadata, self._limits)
         check_fraction(v, "importance", cmd.importance)
         handler = self._tier(cmd.tier)
@@ -130,16 +140,21 @@ class MemoryEngine:
         """Every tier's hits: working first, then the rest by score, each id once."""
         handlers = [self._tier(t) for t in tiers]
         working: list[MemoryRecord] = []
-        others: list[MemoryRecord] = []
+        ranked: list[list[MemoryRecord]] = []
         total = 0
         embedding_ms = 0.0
         for handler in handlers:
             hits = await handler.retrieve(query, top_k)
             total += hits.total
             embedding_ms += hits.embedding_ms
-            (working if handler.tier is Tier.WORKING else others).extend(hits.items)
-        # Working memory is the current task's state: always first, then by relevance.
-        others.sort(key=lambda r: r.score, reverse=True)
+            if handler.tier is Tier.WORKING:
+                working.extend(hits.items)
+            else:
+                ranked.append(hits.items)
+        # Working memory is the current task's state: always first, then by relevance. The
+        # merge keeps each tier's own order (which may set a near-repeat back, see
+        # vector_memory.diversify) and takes whichever tier's next item scores higher.
+        others = list(heapq.merge(*ranked, key=lambda r: -r.score))
         # A message can be both in its session and (as its durable copy) in long-term
         # memory, under one id: return it once, from the tier that ranked it first.
         unique = list({r.id: r for r in reversed(working + others)}.values())[::-1]
@@ -270,9 +285,15 @@ class MemoryEngine:
         if handler is None:
             return [FieldViolation("tier", f"this server does not store {record.tier.value} items")]
         problems = handler.check_restore(record)
+        if record.episode is not None and record.tier is not Tier.EPISODIC:
+            problems.append(FieldViolation("episode", "is only for episodic items"))
+        if record.document_json and record.tier is not Tier.STRUCTURED:
+            problems.append(FieldViolation("document_json", "is only for structured items"))
         if not record.id or utf8_len(record.id) > self._limits.max_id_bytes:
             problems.append(FieldViolation("id", f"must be 1..{self._limits.max_id_bytes} bytes"))
-        if not record.content.strip():
+        if record.tier in _BODY_TIERS:
+            pass  # the tier checked the body; the content is derived from it on restore
+        elif not record.content.strip():
             problems.append(FieldViolation("content", "must not be empty"))
         elif utf8_len(record.content) > self._limits.max_content_bytes:
             problems.append(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from memoryd.core.models import PruneCommand, PruneStrategy, Scope, Tier
 from memoryd.core.tasks import stop_task
@@ -23,34 +23,78 @@ class MaintenanceReport:
     users: int = 0
     archived: int = 0
     purged: int = 0
+    # Per tier, for the tiers that archived or purged anything.
+    archived_by_tier: dict[Tier, int] = field(default_factory=dict)
+    purged_by_tier: dict[Tier, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    handler: TierHandler
+    archive_after_days: int
+    # Episodes: archive first, so one whose TTL has just lapsed reaches the archive
+    # instead of the purge (its TTL and retention are both 90 days by default).
+    archive_first: bool = False
 
 
 class Maintenance:
     def __init__(
-        self, memory: VectorMemory, long_term: TierHandler, retention: RetentionSettings
+        self,
+        memory: VectorMemory,
+        long_term: TierHandler,
+        retention: RetentionSettings,
+        *,
+        episodic: TierHandler | None = None,
+        structured: TierHandler | None = None,
     ) -> None:
         self._memory = memory
-        self._long_term = long_term
-        self._retention = retention
+        self._plans = [_Plan(long_term, retention.long_term_archive_after_days)]
+        if structured is not None:
+            self._plans.append(_Plan(structured, retention.structured_archive_after_days))
+        if episodic is not None:
+            self._plans.append(
+                _Plan(episodic, retention.episodic_archive_after_days, archive_first=True)
+            )
+
+    async def _purge(self, plan: _Plan, scope: Scope) -> int:
+        tier = plan.handler.tier
+        return await plan.handler.prune(PruneCommand(scope, PruneStrategy.EXPIRED, tiers=[tier]))
+
+    async def _archive(self, plan: _Plan, scope: Scope) -> int:
+        tier = plan.handler.tier
+        return await plan.handler.prune(
+            PruneCommand(
+                scope,
+                PruneStrategy.ARCHIVE_OLDER_THAN,
+                tiers=[tier],
+                older_than_days=plan.archive_after_days,
+            )
+        )
 
     async def run_once(self) -> MaintenanceReport:
+        """For every user of long-term, structured and episodic memory: purge what is
+        expired or deleted (first, so it is never archived), then archive what is past the
+        tier's retention; episodes the other way round (see `_Plan.archive_first`)."""
         report = MaintenanceReport()
-        days = self._retention.long_term_archive_after_days
-        for tenant, user_id in await self._memory.owners(Tier.LONG_TERM):
-            scope = Scope(tenant=tenant, user_id=user_id)
-            report.users += 1
-            # Purge first, so what is expired or deleted is never archived.
-            report.purged += await self._long_term.prune(
-                PruneCommand(scope, PruneStrategy.EXPIRED, tiers=[Tier.LONG_TERM])
-            )
-            report.archived += await self._long_term.prune(
-                PruneCommand(
-                    scope,
-                    PruneStrategy.ARCHIVE_OLDER_THAN,
-                    tiers=[Tier.LONG_TERM],
-                    older_than_days=days,
-                )
-            )
+        users: set[tuple[str, str]] = set()
+        for plan in self._plans:
+            tier = plan.handler.tier
+            for tenant, user_id in await self._memory.owners(tier):
+                users.add((tenant, user_id))
+                scope = Scope(tenant=tenant, user_id=user_id)
+                if plan.archive_first:
+                    archived = await self._archive(plan, scope)
+                    purged = await self._purge(plan, scope)
+                else:
+                    purged = await self._purge(plan, scope)
+                    archived = await self._archive(plan, scope)
+                report.archived += archived
+                report.purged += purged
+                if archived:
+                    report.archived_by_tier[tier] = report.archived_by_tier.get(tier, 0) + archived
+                if purged:
+                    report.purged_by_tier[tier] = report.purged_by_tier.get(tier, 0) + purged
+        report.users = len(users)
         log.info(
             "maintenance: %d users, %d memories archived, %d purged",
             report.users,

@@ -80,6 +80,22 @@ class Scope:
     task_id: str = ""
 
 
+@dataclass(frozen=True)
+class EpisodeStep:
+    action: str
+    observation: str = ""
+
+
+@dataclass(frozen=True)
+class Episode:
+    """What an agent tried (task), how (steps) and how it ended (outcome, success)."""
+
+    task: str
+    steps: tuple[EpisodeStep, ...] = ()
+    outcome: str = ""
+    success: bool = False
+
+
 @dataclass
 class MemoryRecord:
     """One memory as callers see it. Times are epoch seconds (UTC)."""
@@ -102,6 +118,10 @@ class MemoryRecord:
     task_id: str = ""
     archived: bool = False
     deleted: bool = False
+    # Episodic tier: the episode (`content` is its readable rendering).
+    episode: Episode | None = None
+    # Structured tier: the JSON document (`content` is its readable flattening).
+    document_json: str = ""
 
 
 @dataclass
@@ -117,6 +137,8 @@ class AddCommand:
     role: Role = Role.UNSPECIFIED
     source: Source = Source.UNSPECIFIED
     auto_prune: bool = False
+    episode: Episode | None = None
+    document_json: str = ""
 
 
 @dataclass

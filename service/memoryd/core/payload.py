@@ -9,8 +9,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
+from memoryd.core.bodies import body_payload, document_of, episode_of
 from memoryd.core.models import Kind, MemoryRecord, Role, Scope, Source, Tier
 from memoryd.core.text import utf8_len
 
@@ -56,10 +58,11 @@ def to_payload(
         payload["content"] = record.content
         payload["compressed"] = False
         payload["stored_size"] = len(raw)
+    payload.update(body_payload(record, compress_over_bytes))
     return payload
 
 
-def content_of(payload: dict[str, Any]) -> str:
+def content_of(payload: Mapping[str, Any]) -> str:
     if payload.get("compressed"):
         return zlib.decompress(base64.b64decode(payload["content_z"])).decode("utf-8")
     return str(payload.get("content", ""))
@@ -85,12 +88,25 @@ def from_payload(point_id: str, payload: dict[str, Any], score: float = 0.0) -> 
         session_id=payload.get("session_id", ""),
         task_id=payload.get("task_id", ""),
         deleted=bool(payload.get("deleted", False)),
+        episode=episode_of(payload),
+        document_json=document_of(payload),
     )
 
 
-def embed_text_of(payload: dict[str, Any]) -> str:
-    """The text a memory's vectors are computed from: persona facts embed as "key: value"."""
+# Metadata saying when and by whom something was said. A turn of a conversation ("I
+# adopted her last week") means little without its speaker and date, and questions name
+# them ("When did Maria adopt her dog?"), so they are indexed with the content.
+CONTEXT_METADATA_KEYS = ("date", "session_date", "speaker", "author", "sender")
+
+
+def embed_text_of(payload: Mapping[str, Any]) -> str:
+    """The text a memory's vectors are computed from: persona facts embed as "key: value",
+    other memories as their content, prefixed "<date> <speaker>: " when the metadata
+    holds those (see CONTEXT_METADATA_KEYS)."""
     content = content_of(payload)
     if payload.get("tier") == Tier.PERSONA.value:
         return f"{payload.get('key', '')}: {content}"
-    return content
+    metadata = payload.get("metadata") or {}
+    context = [str(metadata[k]).strip() for k in CONTEXT_METADATA_KEYS if metadata.get(k)]
+    context = [c for c in context if c]
+    return f"{' '.join(context)}: {content}" if context else content

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
+
+import numpy as np
 
 from memoryd.core import bm25
 from memoryd.core.errors import FieldViolation, StoreUnavailable
@@ -22,6 +25,7 @@ from memoryd.core.tier import TierHits
 from memoryd.settings import RetrievalSettings
 from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
 from memoryd.stores.vectors.port import (
+    TERMS_FIELD,
     Condition,
     Filter,
     HasId,
@@ -129,7 +133,7 @@ class VectorMemory:
                 id=p.record.id,
                 dense=vector,
                 sparse=_sparse(self._encoder.encode_document(p.embed_text)),
-                payload=p.payload,
+                payload={**p.payload, TERMS_FIELD: bm25.distinct_terms(p.embed_text)},
             )
             for p, vector in zip(points, vectors, strict=True)
         ]
@@ -241,30 +245,27 @@ class VectorMemory:
     async def search(
         self, flt: Filter, query: str, top_k: int, min_score: float | None
     ) -> TierHits:
-        """Candidates by hybrid search, then ordered by a calibrated 0..1 score.
-
-        The score is the query-memory cosine similarity (clipped at 0), lifted towards 1 by
-        the share of the query's keywords the memory contains: a memory that shares words
-        with the query can only score higher than its meaning alone says.
-        """
-        threshold = self._retrieval.min_score if min_score is None else min_score
-        if await self.call(self.store.count, flt) == 0:
+        """Candidates by hybrid search, scored 0..1 (see `relevance`), then picked by
+        relevance with a penalty for repeating an already picked memory (`diversify`)."""
+        settings = self._retrieval
+        threshold = settings.min_score if min_score is None else min_score
+        live = await self.call(self.store.count, flt)
+        if live == 0:
             return TierHits(items=[], total=0)  # the empty case answers without embedding
-        mode = self._retrieval.mode
-        query_terms = set(bm25.tokenize(query))
-        sparse = _sparse(self._encoder.encode_query(query)) if query_terms else None
+        terms = sorted(set(bm25.tokenize(query)))
+        sparse = _sparse(self._encoder.encode_query(query)) if terms else None
         dense: list[float] | None = None
         embedding_ms = 0.0
-        if mode != "keyword" or sparse is None:
+        if settings.mode != "keyword" or sparse is None:
             [dense], embedding_ms = await self.embed([query])
-        if mode == "dense":
+        if settings.mode == "dense":
             sparse = None
-        if mode == "keyword" and sparse is not None:
+        if settings.mode == "keyword" and sparse is not None:
             dense = None
         fusion = RrfParams(
-            k=self._retrieval.rrf_k,
-            dense_weight=self._retrieval.dense_weight,
-            sparse_weight=self._retrieval.sparse_weight,
+            k=settings.rrf_k,
+            dense_weight=settings.dense_weight,
+            sparse_weight=settings.sparse_weight,
         )
         hits = await self.call(
             self.store.search,
@@ -275,20 +276,70 @@ class VectorMemory:
             fusion=fusion,
             with_vectors=dense is not None,
         )
-        scored: list[MemoryRecord] = []
+        idf = await self.call(self._idf, flt, terms, live) if hits and terms else {}
+        query_vector = None if dense is None else np.asarray(dense)
+        candidates: list[_Candidate] = []
         for hit in hits:
             record = from_payload(hit.id, hit.payload)
-            cosine = _cosine(dense, hit.dense_vector)
-            coverage = _coverage(query_terms, record.content) if query_terms else 0.0
-            record.score = cosine + (1.0 - cosine) * 0.5 * coverage
+            vector = None if hit.dense_vector is None else np.asarray(hit.dense_vector)
+            cosine = _cosine(query_vector, vector)
+            share = _keyword_share(idf, _terms_of(hit.payload))
+            record.score = relevance(cosine, share, settings.keyword_weight)
             if record.score >= threshold:
-                scored.append(record)
-        scored.sort(key=lambda r: r.score, reverse=True)
-        if scored and self._retrieval.relative_cutoff:
+                candidates.append(_Candidate(record, vector))
+        candidates.sort(key=lambda c: c.record.score, reverse=True)
+        if candidates and settings.relative_cutoff:
             # Precision over recall: neighbours far below the best match are noise.
-            floor = scored[0].score * self._retrieval.relative_cutoff
-            scored = [r for r in scored if r.score >= floor]
-        return TierHits(items=scored[:top_k], total=len(scored), embedding_ms=embedding_ms)
+            floor = candidates[0].record.score * settings.relative_cutoff
+            candidates = [c for c in candidates if c.record.score >= floor]
+        picked = diversify(candidates, top_k, settings.diversity)
+        return TierHits(items=picked, total=len(candidates), embedding_ms=embedding_ms)
+
+    def _idf(self, flt: Filter, terms: Sequence[str], live: int) -> dict[str, float]:
+        """BM25 inverse document frequency of each query term among the memories `flt`
+        selects (this user's, so other users' words never weigh on the ranking)."""
+        idf: dict[str, float] = {}
+        for term in terms:
+            df = self.store.count(flt.and_(MatchValue(TERMS_FIELD, term)))
+            idf[term] = math.log(1.0 + (live - df + 0.5) / (df + 0.5))
+        return idf
+
+
+@dataclass
+class _Candidate:
+    record: MemoryRecord
+    vector: np.ndarray[Any, Any] | None
+
+
+def relevance(cosine: float, keyword_share: float, keyword_weight: float) -> float:
+    """The 0..1 score callers see: the memory's semantic similarity to the query (cosine,
+    clipped at 0), raised towards 1 by the IDF-weighted share of the query's keywords
+    it contains. Either signal alone can make a memory relevant; a memory sharing no
+    keyword scores its similarity alone; with weight 1 a memory holding every keyword of
+    the query scores 1."""
+    return cosine + (1.0 - cosine) * keyword_weight * keyword_share
+
+
+def diversify(candidates: Sequence[_Candidate], top_k: int, penalty: float) -> list[MemoryRecord]:
+    """Maximal marginal relevance: repeatedly take the candidate whose score, minus
+    `penalty` times its similarity to the closest memory already taken, is highest.
+    Near-repeats of a taken memory sink below memories that add something new, so a
+    small top_k (and the token budget) is not spent on one fact said several ways.
+    Scores are not changed; with penalty 0 (or no vectors) the order is by score."""
+    if penalty <= 0 or any(c.vector is None for c in candidates):
+        return [c.record for c in candidates[:top_k]]
+    rest = list(candidates)
+    taken: list[_Candidate] = []
+    while rest and len(taken) < top_k:
+        best = max(rest, key=lambda c: c.record.score - penalty * _redundancy(c, taken))
+        rest.remove(best)
+        taken.append(best)
+    return [c.record for c in taken]
+
+
+def _redundancy(candidate: _Candidate, taken: Sequence[_Candidate]) -> float:
+    assert candidate.vector is not None
+    return max((float(candidate.vector @ t.vector) for t in taken), default=0.0)
 
 
 def check_vector_restore(record: MemoryRecord) -> list[FieldViolation]:
@@ -306,15 +357,22 @@ def _derived(scope: Scope, point_id: str) -> str:
     return str(uuid.uuid5(_IMPORT_NAMESPACE, "\x00".join((scope.tenant, scope.user_id, point_id))))
 
 
-def _cosine(query: Sequence[float] | None, vector: Sequence[float] | None) -> float:
+def _cosine(query: np.ndarray[Any, Any] | None, vector: np.ndarray[Any, Any] | None) -> float:
     if query is None or vector is None:
         return 0.0
     # Both sides are unit length (the embedder normalises, the store keeps cosine vectors).
-    return max(0.0, min(1.0, sum(a * b for a, b in zip(query, vector, strict=True))))
+    return max(0.0, min(1.0, float(query @ vector)))
 
 
-def _coverage(query_terms: set[str], content: str) -> float:
-    return len(query_terms & set(bm25.tokenize(content))) / len(query_terms)
+def _terms_of(payload: Mapping[str, Any]) -> set[str]:
+    # Memories written before terms were stored are tokenised here instead.
+    stored = payload.get(TERMS_FIELD)
+    return set(stored) if stored is not None else set(bm25.tokenize(embed_text_of(payload)))
+
+
+def _keyword_share(idf: Mapping[str, float], terms: set[str]) -> float:
+    total = sum(idf.values())
+    return sum(w for t, w in idf.items() if t in terms) / total if total else 0.0
 
 
 def _is_uuid(value: str) -> bool:

@@ -12,6 +12,8 @@ from memoryd.core.errors import InvalidArgument
 from memoryd.core.models import (
     AddCommand,
     AddResult,
+    Episode,
+    EpisodeStep,
     ExportQuery,
     GetResult,
     Kind,
@@ -102,6 +104,24 @@ def scope_from_proto(scope: pb.Scope, principal: Principal) -> Scope:
     )
 
 
+def episode_from_proto(episode: pb.Episode) -> Episode:
+    return Episode(
+        task=episode.task,
+        steps=tuple(EpisodeStep(s.action, s.observation) for s in episode.steps),
+        outcome=episode.outcome,
+        success=episode.success,
+    )
+
+
+def episode_to_proto(episode: Episode) -> pb.Episode:
+    return pb.Episode(
+        task=episode.task,
+        steps=[pb.EpisodeStep(action=s.action, observation=s.observation) for s in episode.steps],
+        outcome=episode.outcome,
+        success=episode.success,
+    )
+
+
 def add_command(req: pb.AddRequest, principal: Principal) -> AddCommand:
     return AddCommand(
         scope=scope_from_proto(req.scope, principal),
@@ -115,6 +135,8 @@ def add_command(req: pb.AddRequest, principal: Principal) -> AddCommand:
         role=enum_from_proto(Role, req.role, "role"),
         source=enum_from_proto(Source, req.source, "source"),
         auto_prune=req.auto_prune,
+        episode=episode_from_proto(req.episode) if req.HasField("episode") else None,
+        document_json=req.document_json,
     )
 
 
@@ -159,7 +181,10 @@ def memory_item(record: MemoryRecord) -> pb.MemoryItem:
         task_id=record.task_id,
         archived=record.archived,
         deleted=record.deleted,
+        document_json=record.document_json,
     )
+    if record.episode is not None:
+        item.episode.CopyFrom(episode_to_proto(record.episode))
     if record.created_at:
         item.created_at.CopyFrom(_timestamp(record.created_at))
     if record.updated_at:
@@ -283,6 +308,8 @@ def record_from_item(item: pb.MemoryItem) -> MemoryRecord:
         session_id=item.session_id,
         task_id=item.task_id,
         deleted=item.deleted,
+        episode=episode_from_proto(item.episode) if item.HasField("episode") else None,
+        document_json=item.document_json,
     )
 
 

@@ -374,7 +374,9 @@ class MemoryItem(_message.Message):
     session_id: _builtins.str
     task_id: _builtins.str
     document_json: _builtins.str
-    """Structured tier: the JSON document."""
+    """Structured tier: the JSON document (`content` is its text: one `path: value` line per
+    leaf).
+    """
     archived: _builtins.bool
     """True when the item comes from the cold archive."""
     deleted: _builtins.bool
@@ -388,7 +390,9 @@ class MemoryItem(_message.Message):
     @_builtins.property
     def expires_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
-    def episode(self) -> Global___Episode: ...
+    def episode(self) -> Global___Episode:
+        """Episodic tier: the episode (`content` is its text: task, steps, outcome)."""
+
     @_builtins.property
     def relation(self) -> Global___Relation: ...
     def __init__(
@@ -474,6 +478,7 @@ class AddRequest(_message.Message):
     auto_prune: _builtins.bool
     """On a full tier, drop the oldest 10% instead of failing."""
     document_json: _builtins.str
+    """Structured tier: required there, a JSON object; leave `content` empty."""
     @_builtins.property
     def scope(self) -> Global___Scope: ...
     @_builtins.property
@@ -481,7 +486,9 @@ class AddRequest(_message.Message):
     @_builtins.property
     def expires_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
-    def episode(self) -> Global___Episode: ...
+    def episode(self) -> Global___Episode:
+        """Episodic tier: required there (with scope.agent_id), 1..50 steps; leave `content` empty."""
+
     @_builtins.property
     def relation(self) -> Global___Relation: ...
     def __init__(
@@ -595,12 +602,14 @@ class RetrieveRequest(_message.Message):
     @_builtins.property
     def tiers(self) -> _containers.RepeatedScalarFieldContainer[Global___Tier.ValueType]:
         """Empty means the tiers the scope allows: working (with task_id), short-term (with
-        session_id), long-term and persona.
+        session_id), long-term, persona, episodic and structured.
         """
 
     @_builtins.property
     def filters(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Metadata equality filters."""
+        """Metadata equality filters (on the structured tier, an entry also matches a document's
+        top-level field of that name).
+        """
 
     @_builtins.property
     def kinds(self) -> _containers.RepeatedScalarFieldContainer[Global___Kind.ValueType]: ...

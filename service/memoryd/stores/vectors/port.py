@@ -28,6 +28,9 @@ from typing import Any, Protocol, TypeAlias
 
 DENSE_VECTOR = "dense"
 SPARSE_VECTOR = "bm25"
+# Payload field holding a memory's distinct BM25 terms, so that the core can count how
+# many of a user's memories hold a query term (per-user IDF).
+TERMS_FIELD = "terms"
 
 
 class IndexKind(enum.Enum):
@@ -50,6 +53,7 @@ PAYLOAD_INDEXES: tuple[tuple[str, IndexKind], ...] = (
     ("agent_id", IndexKind.KEYWORD),
     ("task_id", IndexKind.KEYWORD),
     ("key", IndexKind.KEYWORD),
+    (TERMS_FIELD, IndexKind.KEYWORD),
     ("created_at", IndexKind.FLOAT),
     ("updated_at", IndexKind.FLOAT),
     ("expires_at", IndexKind.FLOAT),

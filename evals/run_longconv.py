@@ -1,0 +1,145 @@
+"""Long-conversation retrieval benchmark (development set).
+
+Each conversation of ``evals/longconv/data`` is stored through gRPC ``Add`` as one user's
+long-term memories, one memory per dialogue turn, and every question is run through gRPC
+``Retrieve`` (long-term tier, ``top_k`` 5, server defaults otherwise). A question's
+evidence turn counts as found when it is among the results; the report gives the share
+of evidence found (evidence recall@k) per question category and in total.
+
+This mirrors how a held-out public benchmark of multi-session conversations is run
+against memoryd; the conversations here are our own (see evals/README.md), written to
+develop retrieval without tuning to that benchmark.
+
+    PYTHONPATH=service .venv/bin/python evals/run_longconv.py [--layout metadata|prefixed]
+
+``--layout metadata`` (default) stores the turn text as content with the speaker and the
+session date as metadata; ``prefixed`` stores "Speaker: text" as content. ``MEMORYD_*``
+variables apply to the in-process server (e.g. ``MEMORYD_RETRIEVAL__MODE=keyword``).
+``--min-recall`` makes it a gate (exit 1 below it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from run_eval import open_target, percentile
+
+DATA = Path(__file__).parent / "longconv" / "data"
+
+
+@dataclass
+class Question:
+    conversation: str
+    text: str
+    evidence: list[str]
+    category: str
+
+
+def load(path: Path) -> tuple[list[dict[str, Any]], list[Question]]:
+    conversations = [json.loads(p.read_text()) for p in sorted(path.glob("*.json"))]
+    questions = [
+        Question(c["id"], q["q"], list(q["evidence"]), q["category"])
+        for c in conversations
+        for q in c["questions"]
+    ]
+    return conversations, questions
+
+
+async def run(
+    conversations: Sequence[dict[str, Any]],
+    questions: Sequence[Question],
+    layout: str,
+    top_k: int,
+    target: str | None,
+    min_score: float | None = None,
+) -> tuple[dict[str, list[tuple[int, int]]], list[float]]:
+    """Per category, (evidence found, evidence total) of each question; Retrieve ms."""
+    from memoryd.v1 import memory_pb2 as pb
+
+    found: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    latencies: list[float] = []
+    returned: list[int] = []
+    async with open_target(target) as stub:
+        ids: dict[tuple[str, str], str] = {}  # (conversation, memory id) -> turn id
+        for c in conversations:
+            user = pb.Scope(user_id=f"longconv-{c['id']}-{time.time_ns()}")
+            for session in c["sessions"]:
+                for turn in session["turns"]:
+                    if layout == "prefixed":
+                        request = pb.AddRequest(
+                            scope=user,
+                            tier=pb.TIER_LONG_TERM,
+                            content=f"{turn['speaker']}: {turn['text']}",
+                        )
+                    else:
+                        request = pb.AddRequest(
+                            scope=user,
+                            tier=pb.TIER_LONG_TERM,
+                            content=turn["text"],
+                            metadata={"speaker": turn["speaker"], "date": session["date"]},
+                        )
+                    reply = await stub.Add(request)
+                    ids[(c["id"], reply.memory_id)] = turn["id"]
+            c["_scope"] = user
+        scopes = {c["id"]: c["_scope"] for c in conversations}
+        for q in questions:
+            started = time.perf_counter()
+            reply = await stub.Retrieve(
+                pb.RetrieveRequest(
+                    scope=scopes[q.conversation],
+                    tiers=[pb.TIER_LONG_TERM],
+                    query=q.text,
+                    top_k=top_k,
+                    min_score=min_score,
+                )
+            )
+            latencies.append((time.perf_counter() - started) * 1000)
+            got = {ids.get((q.conversation, item.id)) for item in reply.items}
+            found[q.category].append((sum(e in got for e in q.evidence), len(q.evidence)))
+            returned.append(len(reply.items))
+    print(f"mean items returned: {sum(returned) / max(1, len(returned)):.2f}")
+    return found, latencies
+
+
+def recall(pairs: Sequence[tuple[int, int]]) -> float:
+    return sum(f for f, _ in pairs) / max(1, sum(t for _, t in pairs))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--layout", choices=["metadata", "prefixed"], default="metadata")
+    parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument("--target", help="host:port of a running server (default in-process)")
+    parser.add_argument("--min-score", type=float, help="sent with every Retrieve")
+    parser.add_argument("--min-recall", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    conversations, questions = load(args.data)
+    turns = sum(len(s["turns"]) for c in conversations for s in c["sessions"])
+    print(f"{len(conversations)} conversations, {turns} turns, {len(questions)} questions")
+    found, latencies = asyncio.run(
+        run(conversations, questions, args.layout, args.top_k, args.target, args.min_score)
+    )
+    for category in sorted(found):
+        pairs = found[category]
+        print(f"  {category:<12} {recall(pairs):.3f}  ({len(pairs)} questions)")
+    everything = [p for pairs in found.values() for p in pairs]
+    total = recall(everything)
+    p50, p95 = percentile(latencies, 50), percentile(latencies, 95)
+    print(f"evidence recall@{args.top_k}: {total:.3f} (layout {args.layout})")
+    print(f"Retrieve p50 {p50:.1f} ms, p95 {p95:.1f} ms" if p50 and p95 else "")
+    return 0 if total >= args.min_recall else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

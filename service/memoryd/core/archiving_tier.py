@@ -1,0 +1,194 @@
+"""What the episodic and structured tiers share: vector items that are deleted for good
+(no soft delete), expire by `expires_at`, and age out into the cold archive.
+
+Get/Delete/Prune/Export/Import live here; each tier adds its own Add, Retrieve, Usage
+and checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+
+from memoryd.core.cold_archive import ColdArchive
+from memoryd.core.errors import FieldViolation, Unimplemented
+from memoryd.core.locks import KeyedLocks
+from memoryd.core.models import (
+    GetResult,
+    ImportResult,
+    Lookup,
+    MemoryRecord,
+    PruneCommand,
+    PruneStrategy,
+    RetrieveQuery,
+    Scope,
+    Tier,
+)
+from memoryd.core.tier import TierHits
+from memoryd.core.vector_memory import PAGE_SIZE, VectorMemory, check_vector_restore
+from memoryd.stores.vectors.port import Condition, Filter, HasId, MatchValue, Range
+
+DAY_S = 86_400.0
+
+
+class ArchivingVectorTier:
+    tier: Tier
+
+    def __init__(
+        self,
+        memory: VectorMemory,
+        clock: Callable[[], float],
+        archive: ColdArchive | None,
+        compress_over_bytes: int,
+    ) -> None:
+        self._memory = memory
+        self._clock = clock
+        self._archive = archive
+        self._compress_over_bytes = compress_over_bytes
+        self._locks = KeyedLocks()
+
+    # ------------------------------------------------------------------ hooks
+
+    def _filter_conditions(self, filters: Mapping[str, str]) -> list[Condition]:
+        """Retrieve/Prune `filters` as store conditions: metadata equality."""
+        return [MatchValue(f"metadata.{k}", v) for k, v in filters.items()]
+
+    def _query_conditions(self, scope: Scope) -> list[Condition]:
+        """What narrows Retrieve beyond tenant + user (the episodic tier: the agent)."""
+        return []
+
+    def _archivable(self, record: MemoryRecord, now: float) -> bool:
+        """Whether an old item goes to the archive; the rest is left to the EXPIRED purge.
+        By default only live items do: what expired or was deleted is never archived."""
+        return not record.deleted and (record.expires_at is None or record.expires_at > now)
+
+    # ------------------------------------------------------------------ shared behaviour
+
+    def can_retrieve(self, scope: Scope) -> bool:
+        return True
+
+    def _live(self, scope: Scope) -> Filter:
+        return self._memory.scope_filter(scope, self.tier)
+
+    async def _count(self, flt: Filter) -> int:
+        return await self._memory.call(self._memory.store.count, flt)
+
+    async def retrieve(self, query: RetrieveQuery, top_k: int) -> TierHits:
+        """Hybrid search for the query; with no query, the newest matching items."""
+        extra = [*self._query_conditions(query.scope), *self._filter_conditions(query.filters)]
+        flt = self._memory.scope_filter(query.scope, self.tier, kinds=query.kinds, extra=extra)
+        if not query.query.strip():
+            items = await self._memory.records(flt, top_k)
+            return TierHits(items=items, total=await self._count(flt))
+        return await self._memory.search(flt, query.query, top_k, query.min_score)
+
+    async def get(self, lookup: Lookup) -> GetResult:
+        found = await self._memory.by_ids(self._live(lookup.scope), lookup.ids)
+        found_ids = {r.id for r in found}
+        return GetResult(items=found, missing=[i for i in lookup.ids if i not in found_ids])
+
+    async def delete(self, lookup: Lookup) -> int:
+        """A hard delete: these tiers keep no tombstones."""
+        ids = [r.id for r in await self._memory.by_ids(self._live(lookup.scope), lookup.ids)]
+        if ids:
+            await self._memory.call(self._memory.store.delete, ids)
+        return len(ids)
+
+    async def _drop_oldest(self, flt: Filter, n: int) -> int:
+        oldest = await self._memory.records(flt, n, newest_first=False)
+        if oldest:
+            await self._memory.call(self._memory.store.delete, [r.id for r in oldest])
+        return len(oldest)
+
+    async def _archive_older_than(self, cmd: PruneCommand) -> int:
+        """Move items created more than `older_than_days` ago to the cold archive (written
+        durably first, then removed from the vector store and its index)."""
+        memory, scope = self._memory, cmd.scope
+        now = self._clock()
+        cutoff = now - cmd.older_than_days * DAY_S
+        # Expired items too: `_archivable` decides (an episode whose TTL lapsed is archived).
+        old = memory.scope_filter(
+            scope, self.tier, live_only=False, extra=[Range("created_at", lt=cutoff)]
+        )
+        if cmd.dry_run:
+            n = 0
+            async for page in memory.pages(old):
+                n += sum(1 for r in page if self._archivable(r, now))
+            return n
+        if self._archive is None:
+            raise Unimplemented("archiving: this server has no cold archive")
+        moved = 0
+        left: list[str] = []  # old but not archivable: left for the EXPIRED purge
+        async with self._locks((scope.tenant, scope.user_id)):
+            while True:
+                flt = Filter(must=[old], must_not=[HasId(left)]) if left else old
+                batch = await memory.records(flt, PAGE_SIZE, newest_first=False)
+                if not batch:
+                    return moved
+                going = [r for r in batch if self._archivable(r, now)]
+                left += [r.id for r in batch if not self._archivable(r, now)]
+                if going:
+                    await self._archive.put(scope, self.tier, going)
+                    await memory.call(memory.store.delete, [r.id for r in going])
+                    moved += len(going)
+
+    async def prune(self, cmd: PruneCommand) -> int:
+        memory, scope = self._memory, cmd.scope
+        if cmd.strategy is PruneStrategy.ARCHIVE_OLDER_THAN:
+            return await self._archive_older_than(cmd)
+        if cmd.strategy is PruneStrategy.ALL:
+            # The user's whole tier, the cold archive included (erasure).
+            archived = 0
+            if self._archive is not None:
+                if cmd.dry_run:
+                    archived = await self._archive.count(scope, self.tier)
+                else:
+                    archived = await self._archive.erase(scope, self.tier)
+            everything = memory.scope_filter(scope, self.tier, live_only=False)
+            return archived + await memory.remove(everything, cmd.dry_run)
+        if cmd.strategy is PruneStrategy.BY_FILTER:
+            flt = memory.scope_filter(
+                scope, self.tier, live_only=False, extra=self._filter_conditions(cmd.filters)
+            )
+            return await memory.remove(flt, cmd.dry_run)
+        if cmd.strategy is PruneStrategy.EXPIRED:
+            everything = memory.scope_filter(scope, self.tier, live_only=False)
+            dead = await self._count(everything) - await self._count(self._live(scope))
+            if not cmd.dry_run and dead:
+                expired = everything.and_(Range("expires_at", lte=self._clock()))
+                await memory.call(memory.store.delete_where, expired)
+                # Only imported items can carry a deletion mark here.
+                deleted = everything.and_(MatchValue("deleted", True))
+                await memory.call(memory.store.delete_where, deleted)
+            return dead
+        if cmd.strategy is PruneStrategy.OLDEST_PERCENT:
+            live = self._live(scope)
+            n = math.ceil(await self._count(live) * cmd.percent / 100)
+            if cmd.dry_run:
+                return n
+            return await self._drop_oldest(live, n)
+        raise Unimplemented(
+            f"the {cmd.strategy.value} prune strategy on the {self.tier.value} tier"
+        )
+
+    async def export_count(self, scope: Scope) -> int:
+        return await self._memory.export_count(scope, self.tier)
+
+    def export_pages(self, scope: Scope) -> AsyncIterator[list[MemoryRecord]]:
+        return self._memory.export_pages(scope, self.tier)
+
+    def _check_vector_restore(self, record: MemoryRecord) -> list[FieldViolation]:
+        problems = check_vector_restore(record)
+        if problems:
+            return [FieldViolation("id", f"must be a UUID for {self.tier.value} items")]
+        return []
+
+    def _content_of(self, record: MemoryRecord) -> str:
+        """The text of the item's body (checked by `check_restore` before any restore)."""
+        raise NotImplementedError
+
+    async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
+        # The content is derived from the body, as on Add: an import cannot make them differ.
+        derived = [dataclasses.replace(r, content=self._content_of(r)) for r in records]
+        return await self._memory.restore(scope, derived, self._compress_over_bytes)

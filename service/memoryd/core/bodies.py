@@ -1,0 +1,215 @@
+"""The structured bodies some memories carry: an episode (episodic tier) or a JSON
+document (structured tier). Here they are checked, rendered as the readable text that is
+embedded, searched and returned as `content`, and laid out in payloads and archive
+entries.
+
+A document's top-level scalar fields are also kept as strings (`document_fields`), so
+Retrieve/Prune filters can match them: strings as they are, other scalars as written in
+JSON (`true`, `false`, `null`, `42`, `2.5`). Only fields whose names are 1..64 ASCII
+letters, digits, `_` or `-` are kept: other names cannot be addressed in a store filter.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import zlib
+from typing import Any
+
+from memoryd.core.errors import FieldViolation
+from memoryd.core.models import Episode, EpisodeStep, MemoryRecord
+from memoryd.core.text import utf8_len
+
+# Payload field holding a document's filterable top-level scalars.
+DOCUMENT_FIELDS = "document_fields"
+
+_FIELD_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# Deeper documents are refused: flattening walks them recursively.
+MAX_DEPTH = 64
+
+
+# --------------------------------------------------------------------------- episodes
+
+
+def render_episode(episode: Episode) -> str:
+    """Task, numbered steps and outcome as plain lines: what is embedded and returned."""
+    lines = [f"Task: {episode.task}"]
+    for n, step in enumerate(episode.steps, 1):
+        lines.append(f"Step {n}: {step.action}")
+        if step.observation:
+            lines.append(f"  Observation: {step.observation}")
+    # `success` has no "unset" in proto3: only a stated success is rendered.
+    if episode.outcome:
+        lines.append(f"Outcome{' (success)' if episode.success else ''}: {episode.outcome}")
+    elif episode.success:
+        lines.append("Outcome: success")
+    return "\n".join(lines)
+
+
+def episode_problems(
+    episode: Episode | None, max_steps: int, max_bytes: int, field: str = "episode"
+) -> list[FieldViolation]:
+    """What is wrong with an episode, each problem naming its field (`episode.steps`...)."""
+    if episode is None:
+        return [FieldViolation(field, "is required for the episodic tier")]
+    problems: list[FieldViolation] = []
+    if not episode.task.strip():
+        problems.append(FieldViolation(f"{field}.task", "must not be empty"))
+    if not 1 <= len(episode.steps) <= max_steps:
+        problems.append(
+            FieldViolation(
+                f"{field}.steps", f"needs 1..{max_steps} steps; got {len(episode.steps)}"
+            )
+        )
+    for i, step in enumerate(episode.steps[:max_steps]):
+        if not step.action.strip():
+            problems.append(FieldViolation(f"{field}.steps[{i}].action", "must not be empty"))
+    if not problems and (size := utf8_len(render_episode(episode))) > max_bytes:
+        problems.append(
+            FieldViolation(field, f"is {size:,} bytes once rendered; the limit is {max_bytes:,}")
+        )
+    return problems
+
+
+def episode_to_dict(episode: Episode) -> dict[str, Any]:
+    return {
+        "task": episode.task,
+        "steps": [{"action": s.action, "observation": s.observation} for s in episode.steps],
+        "outcome": episode.outcome,
+        "success": episode.success,
+    }
+
+
+def episode_from_dict(data: Any) -> Episode | None:
+    if not isinstance(data, dict):
+        return None
+    return Episode(
+        task=str(data.get("task", "")),
+        steps=tuple(
+            EpisodeStep(str(s.get("action", "")), str(s.get("observation", "")))
+            for s in data.get("steps") or []
+        ),
+        outcome=str(data.get("outcome", "")),
+        success=bool(data.get("success", False)),
+    )
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def parse_document(text: str) -> dict[str, Any]:
+    """The JSON object in `text`; ValueError saying what is wrong otherwise."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+    except RecursionError:
+        raise ValueError("is nested too deeply") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"must be a JSON object, not {type(document).__name__}")
+    if not document:
+        raise ValueError("must hold at least one field")
+    if _deeper_than(document, MAX_DEPTH):
+        raise ValueError(f"is nested deeper than {MAX_DEPTH} levels")
+    return document
+
+
+def _deeper_than(value: Any, levels: int) -> bool:
+    if not isinstance(value, dict | list):
+        return False
+    if levels == 0:
+        return True
+    children = value.values() if isinstance(value, dict) else value
+    return any(_deeper_than(child, levels - 1) for child in children)
+
+
+def document_problems(text: str, max_bytes: int, field: str = "document_json") -> list[str]:
+    """What is wrong with a document (empty list when nothing is)."""
+    if not text.strip():
+        return ["is required for the structured tier: a JSON object"]
+    if (size := utf8_len(text)) > max_bytes:
+        return [f"is {size:,} bytes; the limit is {max_bytes:,}"]
+    try:
+        document = parse_document(text)
+    except ValueError as exc:
+        return [str(exc)]
+    if (flat := utf8_len(flatten_document(document))) > max_bytes:
+        return [f"is {flat:,} bytes once flattened to text; the limit is {max_bytes:,}"]
+    return []
+
+
+def _scalar(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _flatten(value: Any, path: str, out: list[str]) -> None:
+    if isinstance(value, dict):
+        if not value:
+            out.append(f"{path}: {{}}")
+        for key, item in value.items():
+            _flatten(item, f"{path}.{key}" if path else str(key), out)
+    elif isinstance(value, list):
+        if all(not isinstance(v, dict | list) for v in value):
+            out.append(f"{path}: {', '.join(_scalar(v) for v in value)}")
+        else:
+            for i, item in enumerate(value):
+                _flatten(item, f"{path}[{i}]", out)
+    else:
+        out.append(f"{path}: {_scalar(value)}")
+
+
+def flatten_document(document: dict[str, Any]) -> str:
+    """One `path: value` line per leaf (`address.city: Lyon`, `tags: a, b`): readable
+    text for embedding, keyword search and prompts."""
+    out: list[str] = []
+    _flatten(document, "", out)
+    return "\n".join(out)
+
+
+def document_fields(document: dict[str, Any]) -> dict[str, str]:
+    """The top-level scalar fields a filter can match, as strings."""
+    return {
+        key: _scalar(value)
+        for key, value in document.items()
+        if _FIELD_NAME.fullmatch(key) and not isinstance(value, dict | list)
+    }
+
+
+def field_filter_key(name: str) -> str:
+    return f"{DOCUMENT_FIELDS}.{name}"
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+def body_payload(record: MemoryRecord, compress_over_bytes: int) -> dict[str, Any]:
+    """Payload fields of the record's episode or document (none for other memories).
+    A document's `size` is its JSON's bytes: what the structured tier's quota counts."""
+    payload: dict[str, Any] = {}
+    if record.episode is not None:
+        payload["episode"] = episode_to_dict(record.episode)
+    if record.document_json:
+        raw = record.document_json.encode("utf-8")
+        payload["size"] = len(raw)
+        if len(raw) > compress_over_bytes:
+            payload["document_z"] = base64.b64encode(zlib.compress(raw, level=6)).decode("ascii")
+        else:
+            payload["document_json"] = record.document_json
+        try:
+            payload[DOCUMENT_FIELDS] = document_fields(parse_document(record.document_json))
+        except ValueError:
+            payload[DOCUMENT_FIELDS] = {}  # checked before any write; never filterable
+    return payload
+
+
+def episode_of(payload: dict[str, Any]) -> Episode | None:
+    return episode_from_dict(payload.get("episode"))
+
+
+def document_of(payload: dict[str, Any]) -> str:
+    if "document_z" in payload:
+        return zlib.decompress(base64.b64decode(payload["document_z"])).decode("utf-8")
+    return str(payload.get("document_json", ""))

@@ -1,0 +1,168 @@
+"""Episodic memory: an agent's past tasks (task, steps, outcome), found again by
+similarity when a new task looks like an old one.
+
+Episodes belong to a (user, agent): the quota counts per agent, and Retrieve with an
+`agent_id` searches that agent's episodes (without one, every agent's of the user). An
+episode expires `ttl_days` after it was added (sooner if the Add asks); retention then
+moves it to the cold archive (see `_archivable`).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable
+
+from memoryd.core.archiving_tier import DAY_S, ArchivingVectorTier
+from memoryd.core.bodies import episode_problems, render_episode
+from memoryd.core.cold_archive import ColdArchive
+from memoryd.core.errors import FieldViolation, QuotaExceeded
+from memoryd.core.models import (
+    AddCommand,
+    AddResult,
+    Kind,
+    MemoryRecord,
+    Operation,
+    Scope,
+    Source,
+    Tier,
+    TierUsage,
+)
+from memoryd.core.payload import content_hash, embed_text_of, to_payload
+from memoryd.core.usage import add_scope
+from memoryd.core.validation import Violations
+from memoryd.core.vector_memory import PAGE_SIZE, NewPoint, VectorMemory
+from memoryd.settings import EpisodicSettings
+from memoryd.stores.vectors.port import Condition, Filter, MatchValue
+
+# An expiry this much before the TTL date was asked for on Add (not the TTL's own).
+_EARLY_S = 1.0
+
+
+class EpisodicTier(ArchivingVectorTier):
+    tier = Tier.EPISODIC
+
+    def __init__(
+        self,
+        memory: VectorMemory,
+        settings: EpisodicSettings,
+        clock: Callable[[], float],
+        archive: ColdArchive | None = None,
+        max_content_bytes: int = 65_536,
+        compress_over_bytes: int = 1024,
+    ) -> None:
+        super().__init__(memory, clock, archive, compress_over_bytes)
+        self._settings = settings
+        self._max_content_bytes = max_content_bytes
+
+    def check_add(self, cmd: AddCommand, v: Violations) -> None:
+        if not cmd.scope.agent_id:
+            v.add("scope.agent_id", "is required for the episodic tier: episodes are per agent")
+        for problem in episode_problems(
+            cmd.episode, self._settings.max_steps, self._max_content_bytes
+        ):
+            v.add(problem.field, problem.description)
+        if cmd.content:
+            v.add("content", "must be empty for the episodic tier: the episode is the content")
+        if cmd.kind not in (Kind.UNSPECIFIED, Kind.EPISODE):
+            v.add("kind", "must be EPISODE (or unset) for the episodic tier")
+        if cmd.expires_at is not None and cmd.expires_at <= self._clock():
+            v.add("expires_at", "must be in the future")
+
+    def _query_conditions(self, scope: Scope) -> list[Condition]:
+        return [MatchValue("agent_id", scope.agent_id)] if scope.agent_id else []
+
+    def _of_agent(self, scope: Scope) -> Filter:
+        return self._live(scope).and_(MatchValue("agent_id", scope.agent_id))
+
+    def _archivable(self, record: MemoryRecord, now: float) -> bool:
+        """An episode whose TTL has lapsed is archived: the TTL ends its time in search,
+        not its existence. One whose Add asked for an earlier expiry is left to be purged:
+        archiving it would keep what the caller asked to forget."""
+        if record.deleted:
+            return False
+        if record.expires_at is None or record.expires_at > now:
+            return True
+        ttl_date = record.created_at + self._settings.ttl_days * DAY_S
+        return record.expires_at >= ttl_date - _EARLY_S
+
+    async def add(self, cmd: AddCommand) -> AddResult:
+        scope, episode = cmd.scope, cmd.episode
+        assert episode is not None  # check_add refused a request without one
+        limit = self._settings.max_episodes_per_agent
+        of_agent = self._of_agent(scope)
+        async with self._locks((scope.tenant, scope.user_id, scope.agent_id)):
+            count = await self._count(of_agent)
+            operation = Operation.ADD
+            if count >= limit:
+                if not cmd.auto_prune:
+                    raise QuotaExceeded(
+                        subject=f"episodic:{scope.user_id}/{scope.agent_id}",
+                        limit_name="episodic.max_episodes_per_agent",
+                        limit=limit,
+                        message=(
+                            f"episodic memory of agent {scope.agent_id!r} is full (max: "
+                            f"{limit:,} episodes per agent); delete old episodes or upgrade "
+                            "your plan"
+                        ),
+                    )
+                count -= await self._drop_oldest(of_agent, math.ceil(count * 0.10))
+                operation = Operation.ADD_WITH_PRUNE
+            now = self._clock()
+            expires = now + self._settings.ttl_days * DAY_S
+            if cmd.expires_at is not None:
+                expires = min(expires, cmd.expires_at)  # the TTL is the longest an episode lives
+            record = MemoryRecord(
+                id=str(uuid.uuid4()),
+                tier=Tier.EPISODIC,
+                content=render_episode(episode),
+                kind=Kind.EPISODE,
+                metadata=dict(cmd.metadata),
+                importance=0.5 if cmd.importance is None else cmd.importance,
+                created_at=now,
+                updated_at=now,
+                expires_at=expires,
+                source=Source.EXPLICIT if cmd.source is Source.UNSPECIFIED else cmd.source,
+                agent_id=scope.agent_id,
+                session_id=scope.session_id,
+                task_id=scope.task_id,
+                episode=episode,
+            )
+            digest = content_hash(scope, Tier.EPISODIC, "", record.content)
+            payload = to_payload(record, scope, digest, self._compress_over_bytes)
+            await self._memory.insert([NewPoint(record, payload, embed_text_of(payload))])
+        return AddResult(record.id, operation, Tier.EPISODIC, max(0, limit - count - 1))
+
+    def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
+        problems = self._check_vector_restore(record)
+        problems += episode_problems(
+            record.episode, self._settings.max_steps, self._max_content_bytes
+        )
+        if record.kind is not Kind.EPISODE:
+            problems.append(FieldViolation("kind", "must be EPISODE for episodic items"))
+        return problems
+
+    def _content_of(self, record: MemoryRecord) -> str:
+        assert record.episode is not None
+        return render_episode(record.episode)
+
+    async def usage(self, scope: Scope) -> TierUsage:
+        """Live episodes of every agent of the user; the quota is per agent, so percent is
+        that of the fullest agent. Reads payloads only (no content is decompressed)."""
+        memory = self._memory
+        per_agent: dict[str, list[int]] = {}
+        offset: str | None = None
+        while True:
+            points, offset = await memory.call(
+                memory.store.scroll, self._live(scope), limit=PAGE_SIZE, offset=offset
+            )
+            for point in points:
+                counts = per_agent.setdefault(str(point.payload.get("agent_id", "")), [0, 0])
+                counts[0] += 1
+                counts[1] += int(point.payload.get("size", 0))
+            if offset is None:
+                break
+        usage = TierUsage(Tier.EPISODIC, max_count=self._settings.max_episodes_per_agent)
+        for count, size in per_agent.values():
+            add_scope(usage, count, size)
+        return usage

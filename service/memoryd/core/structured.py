@@ -1,0 +1,168 @@
+"""Structured memory: a user's JSON documents (orders, tickets, profiles...), searched by
+meaning and filtered by field.
+
+A document is kept whole (`document_json`) and as readable text (`content`: one `path:
+value` line per leaf), which is what is embedded and keyword-searched. Retrieve and
+Prune `filters` match a document's top-level scalar fields (string-compared, see
+`core.bodies`) as well as its metadata: each filter entry is met by either.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Mapping
+
+from memoryd.core.archiving_tier import ArchivingVectorTier
+from memoryd.core.bodies import (
+    document_problems,
+    field_filter_key,
+    flatten_document,
+    parse_document,
+)
+from memoryd.core.cold_archive import ColdArchive
+from memoryd.core.errors import FieldViolation, QuotaExceeded
+from memoryd.core.models import (
+    AddCommand,
+    AddResult,
+    Kind,
+    MemoryRecord,
+    Operation,
+    Scope,
+    Source,
+    Tier,
+    TierUsage,
+)
+from memoryd.core.payload import content_hash, embed_text_of, to_payload
+from memoryd.core.text import utf8_len
+from memoryd.core.usage import quota_percent
+from memoryd.core.validation import Violations
+from memoryd.core.vector_memory import NewPoint, VectorMemory
+from memoryd.settings import StructuredSettings
+from memoryd.stores.vectors.port import Condition, Filter, MatchValue
+
+
+class StructuredTier(ArchivingVectorTier):
+    tier = Tier.STRUCTURED
+
+    def __init__(
+        self,
+        memory: VectorMemory,
+        settings: StructuredSettings,
+        clock: Callable[[], float],
+        archive: ColdArchive | None = None,
+        max_content_bytes: int = 65_536,
+        compress_over_bytes: int = 1024,
+    ) -> None:
+        super().__init__(memory, clock, archive, compress_over_bytes)
+        self._settings = settings
+        self._max_content_bytes = max_content_bytes
+
+    def check_add(self, cmd: AddCommand, v: Violations) -> None:
+        for problem in document_problems(cmd.document_json, self._max_content_bytes):
+            v.add("document_json", problem)
+        if cmd.content:
+            v.add("content", "must be empty for the structured tier: the document is the content")
+        if cmd.kind not in (Kind.UNSPECIFIED, Kind.DOCUMENT):
+            v.add("kind", "must be DOCUMENT (or unset) for the structured tier")
+        if cmd.expires_at is not None and cmd.expires_at <= self._clock():
+            v.add("expires_at", "must be in the future")
+
+    def _filter_conditions(self, filters: Mapping[str, str]) -> list[Condition]:
+        """Each entry matches the document's top-level field or the metadata entry."""
+        return [
+            Filter(should=[MatchValue(f"metadata.{k}", v), MatchValue(field_filter_key(k), v)])
+            for k, v in filters.items()
+        ]
+
+    async def _bytes_used(self, live: Filter, count: int, room: int) -> int:
+        """Document bytes of the user, summed only when the count alone cannot prove
+        there is room (no document is over max_content_bytes)."""
+        if count * self._max_content_bytes <= room:
+            return 0
+        return (await self._memory.measure(live))[1]
+
+    def _full(self, scope: Scope, what: str, limit: int, message: str) -> QuotaExceeded:
+        return QuotaExceeded(
+            subject=f"structured:{scope.user_id}",
+            limit_name=f"structured.{what}",
+            limit=limit,
+            message=f"{message}; delete old documents or upgrade your plan",
+        )
+
+    async def add(self, cmd: AddCommand) -> AddResult:
+        scope = cmd.scope
+        document = parse_document(cmd.document_json)  # check_add made sure it parses
+        limit, max_bytes = self._settings.max_documents, self._settings.max_bytes
+        new_bytes = utf8_len(cmd.document_json)
+        live = self._live(scope)
+        async with self._locks((scope.tenant, scope.user_id)):
+            count = await self._count(live)
+            operation = Operation.ADD
+            if count >= limit:
+                if not cmd.auto_prune:
+                    raise self._full(
+                        scope,
+                        "max_documents",
+                        limit,
+                        f"structured memory is full (max: {limit:,} documents)",
+                    )
+                count -= await self._drop_oldest(live, math.ceil(count * 0.10))
+                operation = Operation.ADD_WITH_PRUNE
+            size = await self._bytes_used(live, count, max_bytes - new_bytes)
+            if size + new_bytes > max_bytes:
+                # Auto-prune frees room by count only; a byte overflow is always refused.
+                raise self._full(
+                    scope,
+                    "max_bytes",
+                    max_bytes,
+                    f"structured memory would exceed its size quota with this {new_bytes:,}-"
+                    f"byte document ({size:,} bytes used, max: {max_bytes:,} bytes)",
+                )
+            now = self._clock()
+            record = MemoryRecord(
+                id=str(uuid.uuid4()),
+                tier=Tier.STRUCTURED,
+                content=flatten_document(document),
+                kind=Kind.DOCUMENT,
+                metadata=dict(cmd.metadata),
+                importance=0.5 if cmd.importance is None else cmd.importance,
+                created_at=now,
+                updated_at=now,
+                expires_at=cmd.expires_at,
+                source=Source.EXPLICIT if cmd.source is Source.UNSPECIFIED else cmd.source,
+                agent_id=scope.agent_id,
+                session_id=scope.session_id,
+                task_id=scope.task_id,
+                document_json=cmd.document_json,
+            )
+            digest = content_hash(scope, Tier.STRUCTURED, "", record.content)
+            payload = to_payload(record, scope, digest, self._compress_over_bytes)
+            await self._memory.insert([NewPoint(record, payload, embed_text_of(payload))])
+        return AddResult(record.id, operation, Tier.STRUCTURED, max(0, limit - count - 1))
+
+    def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
+        problems = self._check_vector_restore(record)
+        problems += [
+            FieldViolation("document_json", p)
+            for p in document_problems(record.document_json, self._max_content_bytes)
+        ]
+        if record.kind is not Kind.DOCUMENT:
+            problems.append(FieldViolation("kind", "must be DOCUMENT for structured items"))
+        return problems
+
+    def _content_of(self, record: MemoryRecord) -> str:
+        return flatten_document(parse_document(record.document_json))
+
+    async def usage(self, scope: Scope) -> TierUsage:
+        """Live documents and their JSON bytes, against the per-user quota."""
+        count, size = await self._memory.measure(self._live(scope))
+        max_count, max_bytes = self._settings.max_documents, self._settings.max_bytes
+        return TierUsage(
+            Tier.STRUCTURED,
+            count=count,
+            bytes=size,
+            max_count=max_count,
+            max_bytes=max_bytes,
+            percent=quota_percent(count, max_count, size, max_bytes),
+        )
