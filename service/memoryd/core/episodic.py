@@ -10,7 +10,6 @@ moves it to the cold archive (see `_archivable`).
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Callable
 
 from memoryd.core.archiving_tier import DAY_S, ArchivingVectorTier
@@ -24,7 +23,6 @@ from memoryd.core.models import (
     MemoryRecord,
     Operation,
     Scope,
-    Source,
     Tier,
     TierUsage,
 )
@@ -112,21 +110,8 @@ class EpisodicTier(ArchivingVectorTier):
             expires = now + self._settings.ttl_days * DAY_S
             if cmd.expires_at is not None:
                 expires = min(expires, cmd.expires_at)  # the TTL is the longest an episode lives
-            record = MemoryRecord(
-                id=str(uuid.uuid4()),
-                tier=Tier.EPISODIC,
-                content=render_episode(episode),
-                kind=Kind.EPISODE,
-                metadata=dict(cmd.metadata),
-                importance=0.5 if cmd.importance is None else cmd.importance,
-                created_at=now,
-                updated_at=now,
-                expires_at=expires,
-                source=Source.EXPLICIT if cmd.source is Source.UNSPECIFIED else cmd.source,
-                agent_id=scope.agent_id,
-                session_id=scope.session_id,
-                task_id=scope.task_id,
-                episode=episode,
+            record = cmd.new_record(
+                render_episode(episode), Kind.EPISODE, now, expires, episode=episode
             )
             digest = content_hash(scope, Tier.EPISODIC, "", record.content)
             payload = to_payload(record, scope, digest, self._compress_over_bytes)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from memoryd.core.cold_archive import ColdArchive
@@ -34,7 +33,7 @@ from memoryd.core.usage import quota_percent
 from memoryd.core.validation import Violations
 from memoryd.core.vector_memory import PAGE_SIZE, NewPoint, VectorMemory, check_vector_restore
 from memoryd.settings import LongTermSettings, QuotaSettings
-from memoryd.stores.vectors.port import Filter, MatchValue, Range
+from memoryd.stores.vectors.port import MatchValue, Range
 
 _DAY_S = 86_400.0
 
@@ -61,14 +60,6 @@ class LongTermTier:
         self._clock = clock
         self._archive = archive
         self._locks = KeyedLocks()
-
-    async def _bytes_used(self, live: Filter, count: int, room: int) -> int:
-        """Bytes of the user's live memories, summed only when they could pass `room`:
-        summing pages through every memory, while the count alone often proves there is
-        room (no memory is larger than max_content_bytes)."""
-        if count * self._max_content_bytes <= room:
-            return 0
-        return (await self._memory.measure(live))[1]
 
     def check_add(self, cmd: AddCommand, v: Violations) -> None:
         if cmd.kind in _FOREIGN_KINDS:
@@ -116,7 +107,9 @@ class LongTermTier:
                     )
                 count -= await self._drop_oldest(scope, math.ceil(count * 0.10))
                 operation = Operation.ADD_WITH_PRUNE
-            size = await self._bytes_used(live, count, max_bytes - new_bytes)
+            size = await self._memory.bytes_used(
+                live, count, max_bytes - new_bytes, self._max_content_bytes
+            )
             if size + new_bytes > max_bytes:
                 # Auto-prune frees room by count only; a byte overflow is always refused.
                 raise QuotaExceeded(
@@ -131,22 +124,8 @@ class LongTermTier:
                     ),
                 )
             now = self._clock()
-            record = MemoryRecord(
-                id=str(uuid.uuid4()),
-                tier=Tier.LONG_TERM,
-                content=cmd.content,
-                kind=Kind.NOTE if cmd.kind is Kind.UNSPECIFIED else cmd.kind,
-                metadata=dict(cmd.metadata),
-                importance=0.5 if cmd.importance is None else cmd.importance,
-                created_at=now,
-                updated_at=now,
-                expires_at=cmd.expires_at,
-                source=Source.EXPLICIT if cmd.source is Source.UNSPECIFIED else cmd.source,
-                role=cmd.role,
-                agent_id=scope.agent_id,
-                session_id=scope.session_id,
-                task_id=scope.task_id,
-            )
+            kind = Kind.NOTE if cmd.kind is Kind.UNSPECIFIED else cmd.kind
+            record = cmd.new_record(cmd.content, kind, now, cmd.expires_at)
             await self._memory.insert([self._new_point(record, scope)])
         return AddResult(record.id, operation, Tier.LONG_TERM, max(0, limit - count - 1))
 

@@ -5,6 +5,7 @@ Nothing here knows gRPC or any store; the transport converts to and from these.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -139,6 +140,36 @@ class AddCommand:
     auto_prune: bool = False
     episode: Episode | None = None
     document_json: str = ""
+
+    def new_record(
+        self,
+        content: str,
+        kind: Kind,
+        now: float,
+        expires_at: float | None,
+        *,
+        episode: Episode | None = None,
+        document_json: str = "",
+    ) -> MemoryRecord:
+        """The memory a vector tier stores for this Add: a fresh id, created `now`."""
+        return MemoryRecord(
+            id=str(uuid.uuid4()),
+            tier=self.tier,
+            content=content,
+            kind=kind,
+            metadata=dict(self.metadata),
+            importance=0.5 if self.importance is None else self.importance,
+            created_at=now,
+            updated_at=now,
+            expires_at=expires_at,
+            source=Source.EXPLICIT if self.source is Source.UNSPECIFIED else self.source,
+            role=self.role,
+            agent_id=self.scope.agent_id,
+            session_id=self.scope.session_id,
+            task_id=self.scope.task_id,
+            episode=episode,
+            document_json=document_json,
+        )
 
 
 @dataclass

@@ -10,7 +10,6 @@ Prune `filters` match a document's top-level scalar fields (string-compared, see
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Callable, Mapping
 
 from memoryd.core.archiving_tier import ArchivingVectorTier
@@ -29,7 +28,6 @@ from memoryd.core.models import (
     MemoryRecord,
     Operation,
     Scope,
-    Source,
     Tier,
     TierUsage,
 )
@@ -75,13 +73,6 @@ class StructuredTier(ArchivingVectorTier):
             for k, v in filters.items()
         ]
 
-    async def _bytes_used(self, live: Filter, count: int, room: int) -> int:
-        """Document bytes of the user, summed only when the count alone cannot prove
-        there is room (no document is over max_content_bytes)."""
-        if count * self._max_content_bytes <= room:
-            return 0
-        return (await self._memory.measure(live))[1]
-
     def _full(self, scope: Scope, what: str, limit: int, message: str) -> QuotaExceeded:
         return QuotaExceeded(
             subject=f"structured:{scope.user_id}",
@@ -109,7 +100,9 @@ class StructuredTier(ArchivingVectorTier):
                     )
                 count -= await self._drop_oldest(live, math.ceil(count * 0.10))
                 operation = Operation.ADD_WITH_PRUNE
-            size = await self._bytes_used(live, count, max_bytes - new_bytes)
+            size = await self._memory.bytes_used(
+                live, count, max_bytes - new_bytes, self._max_content_bytes
+            )
             if size + new_bytes > max_bytes:
                 # Auto-prune frees room by count only; a byte overflow is always refused.
                 raise self._full(
@@ -120,20 +113,11 @@ class StructuredTier(ArchivingVectorTier):
                     f"byte document ({size:,} bytes used, max: {max_bytes:,} bytes)",
                 )
             now = self._clock()
-            record = MemoryRecord(
-                id=str(uuid.uuid4()),
-                tier=Tier.STRUCTURED,
-                content=flatten_document(document),
-                kind=Kind.DOCUMENT,
-                metadata=dict(cmd.metadata),
-                importance=0.5 if cmd.importance is None else cmd.importance,
-                created_at=now,
-                updated_at=now,
-                expires_at=cmd.expires_at,
-                source=Source.EXPLICIT if cmd.source is Source.UNSPECIFIED else cmd.source,
-                agent_id=scope.agent_id,
-                session_id=scope.session_id,
-                task_id=scope.task_id,
+            record = cmd.new_record(
+                flatten_document(document),
+                Kind.DOCUMENT,
+                now,
+                cmd.expires_at,
                 document_json=cmd.document_json,
             )
             digest = content_hash(scope, Tier.STRUCTURED, "", record.content)

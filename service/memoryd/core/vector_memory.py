@@ -199,6 +199,14 @@ class VectorMemory:
             if offset is None:
                 return count, size
 
+    async def bytes_used(self, flt: Filter, count: int, room: int, max_item_bytes: int) -> int:
+        """Content bytes of the `count` memories `flt` selects, or 0 when the count alone
+        proves they fit in `room` (no memory is over `max_item_bytes`): summing pages
+        through every memory, so it is skipped whenever it can be."""
+        if count * max_item_bytes <= room:
+            return 0
+        return (await self.measure(flt))[1]
+
     async def restore(
         self, scope: Scope, records: Sequence[MemoryRecord], compress_over_bytes: int
     ) -> ImportResult:
