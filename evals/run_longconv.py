@@ -71,8 +71,9 @@ async def run(
     returned: list[int] = []
     async with open_target(target) as stub:
         ids: dict[tuple[str, str], str] = {}  # (conversation, memory id) -> turn id
+        scopes: dict[str, pb.Scope] = {}
         for c in conversations:
-            user = pb.Scope(user_id=f"longconv-{c['id']}-{time.time_ns()}")
+            user = scopes[c["id"]] = pb.Scope(user_id=f"longconv-{c['id']}-{time.time_ns()}")
             for session in c["sessions"]:
                 for turn in session["turns"]:
                     if layout == "prefixed":
@@ -90,8 +91,6 @@ async def run(
                         )
                     reply = await stub.Add(request)
                     ids[(c["id"], reply.memory_id)] = turn["id"]
-            c["_scope"] = user
-        scopes = {c["id"]: c["_scope"] for c in conversations}
         for q in questions:
             started = time.perf_counter()
             reply = await stub.Retrieve(

@@ -1,8 +1,8 @@
-"""What the episodic and structured tiers share: vector items that are deleted for good
-(no soft delete), expire by `expires_at`, and age out into the cold archive.
+"""What the long-term, episodic and structured tiers share: vector items that expire by
+`expires_at` and age out into the cold archive.
 
-Get/Delete/Prune/Export/Import live here; each tier adds its own Add, Retrieve, Usage
-and checks.
+Retrieve/Get/Delete/Prune/Export/Import live here; each tier adds its own Add, Usage and
+checks (and long-term its soft Delete).
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ DAY_S = 86_400.0
 
 class ArchivingVectorTier:
     tier: Tier
+    # Whether items past their `expires_at` can still be archived (see `_archivable`).
+    _archives_expired = False
 
     def __init__(
         self,
@@ -107,9 +109,11 @@ class ArchivingVectorTier:
         memory, scope = self._memory, cmd.scope
         now = self._clock()
         cutoff = now - cmd.older_than_days * DAY_S
-        # Expired items too: `_archivable` decides (an episode whose TTL lapsed is archived).
         old = memory.scope_filter(
-            scope, self.tier, live_only=False, extra=[Range("created_at", lt=cutoff)]
+            scope,
+            self.tier,
+            live_only=not self._archives_expired,
+            extra=[Range("created_at", lt=cutoff)],
         )
         if cmd.dry_run:
             n = 0
@@ -158,7 +162,7 @@ class ArchivingVectorTier:
             if not cmd.dry_run and dead:
                 expired = everything.and_(Range("expires_at", lte=self._clock()))
                 await memory.call(memory.store.delete_where, expired)
-                # Only imported items can carry a deletion mark here.
+                # Soft-deleted long-term items, or items imported with the mark.
                 deleted = everything.and_(MatchValue("deleted", True))
                 await memory.call(memory.store.delete_where, deleted)
             return dead

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -143,8 +144,9 @@ class MemoryEngine:
         ranked: list[list[MemoryRecord]] = []
         total = 0
         embedding_ms = 0.0
-        for handler in handlers:
-            hits = await handler.retrieve(query, top_k)
+        # Tiers live in different stores: ask them all at once.
+        found = await asyncio.gather(*(h.retrieve(query, top_k) for h in handlers))
+        for handler, hits in zip(handlers, found, strict=True):
             total += hits.total
             embedding_ms += hits.embedding_ms
             if handler.tier is Tier.WORKING:

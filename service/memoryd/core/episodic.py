@@ -39,6 +39,7 @@ _EARLY_S = 1.0
 
 class EpisodicTier(ArchivingVectorTier):
     tier = Tier.EPISODIC
+    _archives_expired = True  # an episode whose TTL lapsed is archived, see `_archivable`
 
     def __init__(
         self,

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 
+from memoryd.core.archiving_tier import ArchivingVectorTier
 from memoryd.core.cold_archive import ColdArchive
-from memoryd.core.errors import FieldViolation, QuotaExceeded, Unimplemented
-from memoryd.core.locks import KeyedLocks
+from memoryd.core.errors import FieldViolation, QuotaExceeded
 from memoryd.core.models import (
     AddCommand,
     AddResult,
-    GetResult,
     ImportResult,
     Kind,
     Lookup,
     MemoryRecord,
     Operation,
-    PruneCommand,
-    PruneStrategy,
-    RetrieveQuery,
     Role,
     Scope,
     Source,
@@ -28,20 +24,20 @@ from memoryd.core.models import (
 )
 from memoryd.core.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.quotas import QuotaProfiles
-from memoryd.core.tier import TierHits
 from memoryd.core.usage import quota_percent
 from memoryd.core.validation import Violations
-from memoryd.core.vector_memory import PAGE_SIZE, NewPoint, VectorMemory, check_vector_restore
+from memoryd.core.vector_memory import NewPoint, VectorMemory, check_vector_restore
 from memoryd.settings import LongTermSettings, QuotaSettings
-from memoryd.stores.vectors.port import MatchValue, Range
-
-_DAY_S = 86_400.0
+from memoryd.stores.vectors.port import MatchValue
 
 # Kinds that belong to other tiers.
 _FOREIGN_KINDS = frozenset({Kind.EPISODE, Kind.ENTITY, Kind.RELATION, Kind.DOCUMENT})
 
 
-class LongTermTier:
+class LongTermTier(ArchivingVectorTier):
+    """Get, Prune, Export and retrieval come from ArchivingVectorTier; long-term memory
+    adds quota profiles, de-duplication, soft delete and the durable message copies."""
+
     tier = Tier.LONG_TERM
 
     def __init__(
@@ -53,22 +49,16 @@ class LongTermTier:
         quotas: QuotaProfiles | None = None,
         max_content_bytes: int = 65_536,
     ) -> None:
-        self._memory = memory
+        super().__init__(memory, clock, archive, settings.compress_over_bytes)
         self._max_content_bytes = max_content_bytes
         self._settings = settings
         self._quotas = quotas or QuotaProfiles(QuotaSettings(), settings)
-        self._clock = clock
-        self._archive = archive
-        self._locks = KeyedLocks()
 
     def check_add(self, cmd: AddCommand, v: Violations) -> None:
         if cmd.kind in _FOREIGN_KINDS:
             v.add("kind", f"{cmd.kind.value} memories belong to another tier")
         if cmd.expires_at is not None and cmd.expires_at <= self._clock():
             v.add("expires_at", "must be in the future")
-
-    def can_retrieve(self, scope: Scope) -> bool:
-        return True
 
     def _new_point(self, record: MemoryRecord, scope: Scope) -> NewPoint:
         digest = content_hash(scope, record.tier, record.key, record.content)
@@ -105,7 +95,7 @@ class LongTermTier:
                             "delete old memories or upgrade your plan"
                         ),
                     )
-                count -= await self._drop_oldest(scope, math.ceil(count * 0.10))
+                count -= await self._drop_oldest(live, math.ceil(count * 0.10))
                 operation = Operation.ADD_WITH_PRUNE
             size = await self._memory.bytes_used(
                 live, count, max_bytes - new_bytes, self._max_content_bytes
@@ -150,101 +140,13 @@ class LongTermTier:
             points.append(self._new_point(record, scope))
         await self._memory.insert(points)
 
-    async def _drop_oldest(self, scope: Scope, n: int) -> int:
-        oldest = await self._memory.records(
-            self._memory.scope_filter(scope, Tier.LONG_TERM), n, newest_first=False
-        )
-        await self._memory.call(self._memory.store.delete, [r.id for r in oldest])
-        return len(oldest)
-
-    async def retrieve(self, query: RetrieveQuery, top_k: int) -> TierHits:
-        flt = self._memory.scope_filter(
-            query.scope, Tier.LONG_TERM, metadata=query.filters, kinds=query.kinds
-        )
-        if not query.query.strip():
-            items = await self._memory.records(flt, top_k)
-            return TierHits(
-                items=items, total=await self._memory.call(self._memory.store.count, flt)
-            )
-        return await self._memory.search(flt, query.query, top_k, query.min_score)
-
-    async def get(self, lookup: Lookup) -> GetResult:
-        flt = self._memory.scope_filter(lookup.scope, Tier.LONG_TERM)
-        found = await self._memory.by_ids(flt, lookup.ids)
-        found_ids = {r.id for r in found}
-        return GetResult(items=found, missing=[i for i in lookup.ids if i not in found_ids])
-
     async def delete(self, lookup: Lookup) -> int:
         """Soft delete: hidden at once, purged by a later Prune (EXPIRED or ALL)."""
-        flt = self._memory.scope_filter(lookup.scope, Tier.LONG_TERM)
-        ids = [r.id for r in await self._memory.by_ids(flt, lookup.ids)]
+        ids = [r.id for r in await self._memory.by_ids(self._live(lookup.scope), lookup.ids)]
         if ids:
             patch = {"deleted": True, "updated_at": self._clock()}
             await self._memory.call(self._memory.store.set_payload, ids, patch)
         return len(ids)
-
-    async def _archive_older_than(self, cmd: PruneCommand) -> int:
-        """Move live memories created more than `older_than_days` ago to the cold archive
-        (written durably first, then removed from the vector store and its index)."""
-        memory, scope = self._memory, cmd.scope
-        cutoff = self._clock() - cmd.older_than_days * _DAY_S
-        old = memory.scope_filter(scope, Tier.LONG_TERM, extra=[Range("created_at", lt=cutoff)])
-        if cmd.dry_run:
-            return await memory.call(memory.store.count, old)
-        if self._archive is None:
-            raise Unimplemented("archiving: this server has no cold archive")
-        moved = 0
-        async with self._locks((scope.tenant, scope.user_id)):
-            while batch := await memory.records(old, PAGE_SIZE, newest_first=False):
-                await self._archive.put(scope, Tier.LONG_TERM, batch)
-                await memory.call(memory.store.delete, [r.id for r in batch])
-                moved += len(batch)
-        return moved
-
-    async def prune(self, cmd: PruneCommand) -> int:
-        memory, scope = self._memory, cmd.scope
-        if cmd.strategy is PruneStrategy.ARCHIVE_OLDER_THAN:
-            return await self._archive_older_than(cmd)
-        if cmd.strategy is PruneStrategy.ALL:
-            # Erasure reaches the cold archive too.
-            flt = memory.scope_filter(scope, Tier.LONG_TERM, live_only=False)
-            archived = 0
-            if self._archive is not None:
-                if cmd.dry_run:
-                    archived = await self._archive.count(scope, Tier.LONG_TERM)
-                else:
-                    archived = await self._archive.erase(scope, Tier.LONG_TERM)
-            if cmd.dry_run:
-                return archived + await memory.call(memory.store.count, flt)
-            return archived + await memory.call(memory.store.delete_where, flt)
-        elif cmd.strategy is PruneStrategy.BY_FILTER:
-            flt = memory.scope_filter(scope, Tier.LONG_TERM, live_only=False, metadata=cmd.filters)
-        elif cmd.strategy is PruneStrategy.EXPIRED:
-            everything = memory.scope_filter(scope, Tier.LONG_TERM, live_only=False)
-            live = memory.scope_filter(scope, Tier.LONG_TERM)
-            total = await memory.call(memory.store.count, everything)
-            dead = total - await memory.call(memory.store.count, live)
-            if not cmd.dry_run and dead:
-                expired = everything.and_(Range("expires_at", lte=self._clock()))
-                await memory.call(memory.store.delete_where, expired)
-                deleted = everything.and_(MatchValue("deleted", True))
-                await memory.call(memory.store.delete_where, deleted)
-            return dead
-        elif cmd.strategy is PruneStrategy.OLDEST_PERCENT:
-            live = memory.scope_filter(scope, Tier.LONG_TERM)
-            n = math.ceil(await memory.call(memory.store.count, live) * cmd.percent / 100)
-            if cmd.dry_run:
-                return n
-            return await self._drop_oldest(scope, n)
-        else:
-            raise Unimplemented(f"the {cmd.strategy.value} prune strategy on long-term memory")
-        return await memory.remove(flt, cmd.dry_run)
-
-    async def export_count(self, scope: Scope) -> int:
-        return await self._memory.export_count(scope, Tier.LONG_TERM)
-
-    def export_pages(self, scope: Scope) -> AsyncIterator[list[MemoryRecord]]:
-        return self._memory.export_pages(scope, Tier.LONG_TERM)
 
     def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
         problems = check_vector_restore(record)
@@ -253,11 +155,12 @@ class LongTermTier:
         return problems
 
     async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
-        return await self._memory.restore(scope, records, self._settings.compress_over_bytes)
+        # Unlike episodes and documents, the content is the memory itself: kept as is.
+        return await self._memory.restore(scope, records, self._compress_over_bytes)
 
     async def usage(self, scope: Scope) -> TierUsage:
         """Live memories (what the quota counts) and their content bytes."""
-        count, size = await self._memory.measure(self._memory.scope_filter(scope, Tier.LONG_TERM))
+        count, size = await self._memory.measure(self._live(scope))
         profile = self._quotas.profile_for(scope)
         max_count = profile.limits.long_term_max_memories
         max_bytes = profile.limits.long_term_max_bytes

@@ -107,6 +107,5 @@ def embed_text_of(payload: Mapping[str, Any]) -> str:
     if payload.get("tier") == Tier.PERSONA.value:
         return f"{payload.get('key', '')}: {content}"
     metadata = payload.get("metadata") or {}
-    context = [str(metadata[k]).strip() for k in CONTEXT_METADATA_KEYS if metadata.get(k)]
-    context = [c for c in context if c]
+    context = [v for k in CONTEXT_METADATA_KEYS if (v := str(metadata.get(k) or "").strip())]
     return f"{' '.join(context)}: {content}" if context else content

@@ -7,15 +7,23 @@ import binascii
 import json
 import math
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from memoryd.stores.vectors.port import (
+    DENSE_VECTOR,
     ORDERABLE_FIELDS,
+    SPARSE_VECTOR,
+    Filter,
+    HasId,
+    ScoredPoint,
     SparseVector,
     StoreClosedError,
+    StoredPoint,
     VectorPoint,
+    VectorStoreError,
     canonical_id,
 )
 
@@ -185,3 +193,94 @@ def parse_id_offset(token: str | None) -> str | None:
         return canonical_id(token)
     except ValueError:
         raise ValueError("malformed offset token") from None
+
+
+# --------------------------------------------------------------------------- results
+# Both engines return records with the same shape (id, payload, a dict of named vectors,
+# an order value); only their sparse vector class differs, so it is passed in.
+
+
+def vector_names(with_vectors: bool) -> list[str] | bool:
+    return [DENSE_VECTOR, SPARSE_VECTOR] if with_vectors else False
+
+
+def order_value(value: object) -> float:
+    if value is None:  # the engine sets it on every ordered scroll result
+        raise VectorStoreError("ordered scroll returned a point without an order value")
+    return float(value)  # type: ignore[arg-type]
+
+
+def split_vectors(
+    vector: object, sparse_type: type[Any]
+) -> tuple[list[float] | None, SparseVector | None]:
+    if not isinstance(vector, dict):
+        return None, None
+    dense_raw = vector.get(DENSE_VECTOR)
+    sparse_raw = vector.get(SPARSE_VECTOR)
+    dense = [float(x) for x in dense_raw] if isinstance(dense_raw, list) else None
+    sparse = None
+    if isinstance(sparse_raw, sparse_type):
+        sparse = SparseVector(
+            [int(i) for i in sparse_raw.indices], [float(v) for v in sparse_raw.values]
+        )
+    return dense, sparse
+
+
+def stored_point(
+    point_id: object,
+    payload: Mapping[str, Any] | None,
+    vector: object,
+    with_vectors: bool,
+    sparse_type: type[Any],
+) -> StoredPoint:
+    dense, sparse = split_vectors(vector, sparse_type) if with_vectors else (None, None)
+    return StoredPoint(
+        id=canonical_id(str(point_id)), payload=dict(payload or {}), dense=dense, sparse=sparse
+    )
+
+
+def scored_point(
+    point_id: object,
+    score: float,
+    payload: Mapping[str, Any] | None,
+    vector: object,
+    with_vectors: bool,
+    sparse_type: type[Any],
+) -> ScoredPoint:
+    dense = split_vectors(vector, sparse_type)[0] if with_vectors else None
+    return ScoredPoint(
+        id=canonical_id(str(point_id)),
+        score=float(score),
+        payload=dict(payload or {}),
+        dense_vector=dense,
+    )
+
+
+def without_ties(filter: Filter | None, cursor: OrderCursor | None) -> Filter:
+    """`filter`, minus the points an ordered scroll already returned at the cursor's value."""
+    effective = filter or Filter()
+    if cursor is None or not cursor.tie_ids:
+        return effective
+    return Filter(
+        must=effective.must,
+        should=effective.should,
+        must_not=[*effective.must_not, HasId(cursor.tie_ids)],
+    )
+
+
+def ordered_page(
+    records: Sequence[Any],
+    limit: int,
+    to_point: Callable[[Any], StoredPoint],
+    cursor: OrderCursor | None,
+    order_by: str,
+    descending: bool,
+) -> tuple[list[StoredPoint], str | None]:
+    """A page of an ordered scroll asked for `limit + 1` records (the extra one tells
+    whether another page exists), and the offset of the next page."""
+    page = records[:limit]
+    points = [to_point(r) for r in page]
+    if len(records) <= limit:
+        return points, None
+    keyed = [(p.id, order_value(r.order_value)) for p, r in zip(points, page, strict=True)]
+    return points, OrderCursor.after_page(cursor, order_by, descending, keyed).encode()

@@ -36,8 +36,13 @@ from memoryd.stores.vectors._common import (
     check_points,
     match_any_values,
     nonempty_sparse,
+    ordered_page,
     parse_id_offset,
+    scored_point,
+    stored_point,
     unique_ids,
+    vector_names,
+    without_ties,
 )
 from memoryd.stores.vectors.port import (
     DENSE_VECTOR,
@@ -206,7 +211,7 @@ class EdgeVectorStore:
             return []
         request_ids: list[qe.PointId] = list(wanted)
         with self._op("retrieve"):
-            records = self._shard.retrieve(request_ids, True, _with_vectors(with_vectors))
+            records = self._shard.retrieve(request_ids, True, vector_names(with_vectors))
         found = {p.id: p for p in (_stored_point(r, with_vectors) for r in records)}
         return [found[i] for i in wanted if i in found]
 
@@ -232,7 +237,7 @@ class EdgeVectorStore:
                 limit=limit,
                 filter=_edge_filter(filter),
                 with_payload=True,
-                with_vector=_with_vectors(with_vectors),
+                with_vector=vector_names(with_vectors),
             )
             with self._op("scroll"):
                 records, next_id = self._shard.scroll(request)
@@ -241,18 +246,12 @@ class EdgeVectorStore:
 
         check_orderable(order_by)
         cursor = None if offset is None else OrderCursor.decode(offset, order_by, descending)
-        effective = filter or Filter()
-        if cursor is not None and cursor.tie_ids:
-            effective = Filter(
-                must=effective.must,
-                should=effective.should,
-                must_not=[*effective.must_not, HasId(cursor.tie_ids)],
-            )
+        effective = without_ties(filter, cursor)
         request = qe.ScrollRequest(
             limit=limit + 1,  # one extra tells whether another page exists
             filter=_edge_filter(effective),
             with_payload=True,
-            with_vector=_with_vectors(with_vectors),
+            with_vector=vector_names(with_vectors),
             order_by=qe.OrderBy(
                 order_by,
                 direction=qe.Direction.Desc if descending else qe.Direction.Asc,
@@ -261,12 +260,14 @@ class EdgeVectorStore:
         )
         with self._op("scroll"):
             records, _ = self._shard.scroll(request)
-        page = records[:limit]
-        points = [_stored_point(r, with_vectors) for r in page]
-        if len(records) <= limit:
-            return points, None
-        keyed = [(p.id, float(_order_value(r))) for p, r in zip(points, page, strict=True)]
-        return points, OrderCursor.after_page(cursor, order_by, descending, keyed).encode()
+        return ordered_page(
+            records,
+            limit,
+            lambda r: _stored_point(r, with_vectors),
+            cursor,
+            order_by,
+            descending,
+        )
 
     def search(
         self,
@@ -379,49 +380,12 @@ def _sparse_query(sparse: SparseVector) -> qe.Query:
     )
 
 
-def _with_vectors(with_vectors: bool) -> list[str] | bool:
-    return [DENSE_VECTOR, SPARSE_VECTOR] if with_vectors else False
-
-
-def _order_value(record: qe.Record) -> float:
-    value = record.order_value
-    if value is None:  # the engine sets it on every ordered scroll result
-        raise VectorStoreError("ordered scroll returned a point without an order value")
-    return float(value)
-
-
-def _split_vectors(vector: Any) -> tuple[list[float] | None, SparseVector | None]:
-    if not isinstance(vector, dict):
-        return None, None
-    dense_raw = vector.get(DENSE_VECTOR)
-    sparse_raw = vector.get(SPARSE_VECTOR)
-    dense = [float(x) for x in dense_raw] if isinstance(dense_raw, list) else None
-    sparse = None
-    if isinstance(sparse_raw, qe.SparseVector):
-        sparse = SparseVector(
-            [int(i) for i in sparse_raw.indices], [float(v) for v in sparse_raw.values]
-        )
-    return dense, sparse
-
-
 def _stored_point(record: qe.Record, with_vectors: bool) -> StoredPoint:
-    dense, sparse = _split_vectors(record.vector) if with_vectors else (None, None)
-    return StoredPoint(
-        id=canonical_id(str(record.id)),
-        payload=dict(record.payload or {}),
-        dense=dense,
-        sparse=sparse,
-    )
+    return stored_point(record.id, record.payload, record.vector, with_vectors, qe.SparseVector)
 
 
 def _scored_point(hit: qe.ScoredPoint, with_vectors: bool) -> ScoredPoint:
-    dense = _split_vectors(hit.vector)[0] if with_vectors else None
-    return ScoredPoint(
-        id=canonical_id(str(hit.id)),
-        score=float(hit.score),
-        payload=dict(hit.payload or {}),
-        dense_vector=dense,
-    )
+    return scored_point(hit.id, hit.score, hit.payload, hit.vector, with_vectors, qe.SparseVector)
 
 
 def _edge_filter(filter: Filter | None) -> qe.Filter | None:

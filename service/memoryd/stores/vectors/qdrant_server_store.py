@@ -42,8 +42,13 @@ from memoryd.stores.vectors._common import (
     check_points,
     match_any_values,
     nonempty_sparse,
+    ordered_page,
     parse_id_offset,
+    scored_point,
+    stored_point,
     unique_ids,
+    vector_names,
+    without_ties,
 )
 from memoryd.stores.vectors.port import (
     DENSE_VECTOR,
@@ -305,7 +310,7 @@ class QdrantServerVectorStore:
                 self._collection,
                 ids=wanted,
                 with_payload=True,
-                with_vectors=_with_vectors(with_vectors),
+                with_vectors=vector_names(with_vectors),
             )
         found = {p.id: p for p in (_stored_point(r, with_vectors) for r in records)}
         return [found[i] for i in wanted if i in found]
@@ -335,20 +340,14 @@ class QdrantServerVectorStore:
                     limit=limit,
                     offset=start,
                     with_payload=True,
-                    with_vectors=_with_vectors(with_vectors),
+                    with_vectors=vector_names(with_vectors),
                 )
             points = [_stored_point(r, with_vectors) for r in records]
             return points, (None if next_id is None else canonical_id(str(next_id)))
 
         check_orderable(order_by)
         cursor = None if offset is None else OrderCursor.decode(offset, order_by, descending)
-        effective = filter or Filter()
-        if cursor is not None and cursor.tie_ids:
-            effective = Filter(
-                must=effective.must,
-                should=effective.should,
-                must_not=[*effective.must_not, HasId(cursor.tie_ids)],
-            )
+        effective = without_ties(filter, cursor)
         with self._read("scroll"):
             records, _ = self._client.scroll(
                 self._collection,
@@ -360,14 +359,16 @@ class QdrantServerVectorStore:
                     start_from=None if cursor is None else cursor.value,
                 ),
                 with_payload=True,
-                with_vectors=_with_vectors(with_vectors),
+                with_vectors=vector_names(with_vectors),
             )
-        page = records[:limit]
-        points = [_stored_point(r, with_vectors) for r in page]
-        if len(records) <= limit:
-            return points, None
-        keyed = [(p.id, _order_value(r)) for p, r in zip(points, page, strict=True)]
-        return points, OrderCursor.after_page(cursor, order_by, descending, keyed).encode()
+        return ordered_page(
+            records,
+            limit,
+            lambda r: _stored_point(r, with_vectors),
+            cursor,
+            order_by,
+            descending,
+        )
 
     def search(
         self,
@@ -499,48 +500,13 @@ def _point_struct(point: VectorPoint) -> models.PointStruct:
     return models.PointStruct(id=point.id, vector=vector, payload=dict(point.payload))
 
 
-def _with_vectors(with_vectors: bool) -> list[str] | bool:
-    return [DENSE_VECTOR, SPARSE_VECTOR] if with_vectors else False
-
-
-def _order_value(record: models.Record) -> float:
-    value = record.order_value
-    if value is None:  # the engine sets it on every ordered scroll result
-        raise VectorStoreError("ordered scroll returned a point without an order value")
-    return float(value)
-
-
-def _split_vectors(vector: Any) -> tuple[list[float] | None, SparseVector | None]:
-    if not isinstance(vector, dict):
-        return None, None
-    dense_raw = vector.get(DENSE_VECTOR)
-    sparse_raw = vector.get(SPARSE_VECTOR)
-    dense = [float(x) for x in dense_raw] if isinstance(dense_raw, list) else None
-    sparse = None
-    if isinstance(sparse_raw, models.SparseVector):
-        sparse = SparseVector(
-            [int(i) for i in sparse_raw.indices], [float(v) for v in sparse_raw.values]
-        )
-    return dense, sparse
-
-
 def _stored_point(record: models.Record, with_vectors: bool) -> StoredPoint:
-    dense, sparse = _split_vectors(record.vector) if with_vectors else (None, None)
-    return StoredPoint(
-        id=canonical_id(str(record.id)),
-        payload=dict(record.payload or {}),
-        dense=dense,
-        sparse=sparse,
-    )
+    return stored_point(record.id, record.payload, record.vector, with_vectors, models.SparseVector)
 
 
 def _scored_point(hit: models.ScoredPoint, with_vectors: bool) -> ScoredPoint:
-    dense = _split_vectors(hit.vector)[0] if with_vectors else None
-    return ScoredPoint(
-        id=canonical_id(str(hit.id)),
-        score=float(hit.score),
-        payload=dict(hit.payload or {}),
-        dense_vector=dense,
+    return scored_point(
+        hit.id, hit.score, hit.payload, hit.vector, with_vectors, models.SparseVector
     )
 
 
