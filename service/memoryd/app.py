@@ -12,21 +12,21 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
-from memoryd.core.cold_archive import ColdArchive
 from memoryd.core.engine import MemoryEngine
-from memoryd.core.episodic import EpisodicTier
-from memoryd.core.erasure import Erasure
-from memoryd.core.long_term import LongTermTier
-from memoryd.core.maintenance import Maintenance, MaintenanceLoop
-from memoryd.core.persona import PersonaTier
-from memoryd.core.quotas import QuotaProfiles
-from memoryd.core.short_term import ShortTermTier
-from memoryd.core.structured import StructuredTier
-from memoryd.core.tier import TierHandler
-from memoryd.core.token_budget import TokenCounter
-from memoryd.core.vector_memory import VectorMemory
-from memoryd.core.working import WorkingTier
-from memoryd.core.write_behind import ConversationCopier
+from memoryd.core.lifecycle.cold_archive import ColdArchive
+from memoryd.core.lifecycle.erasure import Erasure
+from memoryd.core.lifecycle.maintenance import Maintenance, MaintenanceLoop
+from memoryd.core.lifecycle.quotas import QuotaProfiles
+from memoryd.core.lifecycle.write_behind import ConversationCopier
+from memoryd.core.memory.vector_memory import VectorMemory
+from memoryd.core.retrieval.token_budget import TokenCounter
+from memoryd.core.tiers.base import TierHandler
+from memoryd.core.tiers.episodic import EpisodicTier
+from memoryd.core.tiers.long_term import LongTermTier
+from memoryd.core.tiers.persona import PersonaTier
+from memoryd.core.tiers.short_term import ShortTermTier
+from memoryd.core.tiers.structured import StructuredTier
+from memoryd.core.tiers.working import WorkingTier
 from memoryd.settings import Settings
 from memoryd.stores.archive.jsonl_store import JsonlArchiveStore
 from memoryd.stores.audit.jsonl_log import JsonlAuditLog

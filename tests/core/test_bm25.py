@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.core.bm25 import (
+from memoryd.core.retrieval.bm25 import (
     DEFAULT_K1,
     BM25Encoder,
     SparseVector,
@@ -45,7 +45,7 @@ class TestTermIds:
 
     def test_ids_are_identical_in_another_process_with_another_hash_seed(self) -> None:
         script = (
-            "import json; from memoryd.core.bm25 import encode_query; "
+            "import json; from memoryd.core.retrieval.bm25 import encode_query; "
             "v = encode_query('skiing coffee'); print(json.dumps(list(v.indices)))"
         )
         env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(SERVICE_ROOT)}

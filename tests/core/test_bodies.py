@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 
-from memoryd.core.bodies import (
+from memoryd.core.models import Episode, EpisodeStep
+from memoryd.core.tiers.bodies import (
     document_fields,
     document_problems,
     episode_problems,
     flatten_document,
     render_episode,
 )
-from memoryd.core.models import Episode, EpisodeStep
 
 
 def test_an_episode_renders_as_task_numbered_steps_and_outcome() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.models import Scope
-from memoryd.core.quotas import QuotaProfiles
 from memoryd.settings import LongTermSettings, QuotaSettings, load_settings
 
 ANA = Scope(tenant="acme", user_id="ana")

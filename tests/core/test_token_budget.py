@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memoryd.core.models import Kind, MemoryRecord, Tier
-from memoryd.core.token_budget import (
+from memoryd.core.retrieval.token_budget import (
     ELLIPSIS,
     ENCODING_NAME,
     MIN_TRUNCATED_TOKENS,
@@ -129,7 +129,7 @@ class TestTokenCounter:
             "def deny(*a, **k): raise RuntimeError('network access')\n"
             "socket.socket = deny; socket.create_connection = deny\n"
             "sys.modules['requests'] = None\n"
-            "from memoryd.core.token_budget import TokenCounter\n"
+            "from memoryd.core.retrieval.token_budget import TokenCounter\n"
             "print(TokenCounter().count('hello world'))\n"
         )
         env = {

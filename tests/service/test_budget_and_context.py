@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from conftest import RunningServer
-from memoryd.core.token_budget import TokenCounter
+from memoryd.core.retrieval.token_budget import TokenCounter
 from memoryd.v1 import memory_pb2 as pb
 from rpc import bad_request_fields, rpc_error, scope
 

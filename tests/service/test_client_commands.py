@@ -14,9 +14,9 @@ import pytest
 
 from clock import MovableClock
 from conftest import RunningServer, ServerFactory
-from memoryd.client_commands import add_client_commands, run_client_command
-from memoryd.main import _parser as main_parser
-from memoryd.progress import Progress
+from memoryd.cli.client_commands import add_client_commands, run_client_command
+from memoryd.cli.main import _parser as main_parser
+from memoryd.cli.progress import Progress
 from memoryd.v1 import memory_pb2 as pb
 from rpc import scope
 

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ServerFactory
 from memoryd.app import StartupRefused, build_app, build_embedder
-from memoryd.reindex import reindex
+from memoryd.cli.reindex import reindex
 from memoryd.settings import Settings
 from memoryd.v1 import memory_pb2 as pb
 from openai_stub import OpenAIStub, start_openai_stub

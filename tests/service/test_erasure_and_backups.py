@@ -16,8 +16,8 @@ import pytest
 
 from clock import MovableClock
 from conftest import RunningServer, ServerFactory
-from memoryd.backup import backup, restore
-from memoryd.main import main
+from memoryd.cli.backup import backup, restore
+from memoryd.cli.main import main
 from memoryd.v1 import memory_pb2 as pb
 from rpc import scope
 

@@ -18,8 +18,8 @@ import pytest
 
 from clock import MovableClock
 from conftest import RunningServer, ServerFactory
-from memoryd.core.maintenance import MaintenanceLoop
-from memoryd.main import main
+from memoryd.cli.main import main
+from memoryd.core.lifecycle.maintenance import MaintenanceLoop
 from memoryd.v1 import memory_pb2 as pb
 from rpc import bad_request_fields, rpc_error, scope
 

@@ -17,8 +17,8 @@ import pytest
 
 from clock import MovableClock
 from conftest import RunningServer, ServerFactory
+from memoryd.cli.main import main
 from memoryd.core.models import Tier
-from memoryd.main import main
 from memoryd.v1 import memory_pb2 as pb
 from rpc import scope
 

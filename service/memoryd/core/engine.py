@@ -7,9 +7,10 @@ import heapq
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 
-from memoryd.core.cold_archive import ColdArchive
-from memoryd.core.erasure import Erasure
 from memoryd.core.errors import FieldViolation, InvalidArgument, Unimplemented
+from memoryd.core.lifecycle.cold_archive import ColdArchive
+from memoryd.core.lifecycle.erasure import Erasure
+from memoryd.core.lifecycle.usage import usage_report
 from memoryd.core.models import (
     AddCommand,
     AddResult,
@@ -28,11 +29,10 @@ from memoryd.core.models import (
     Tier,
     UsageReport,
 )
-from memoryd.core.render_context import RenderedContext, render_memory_block
+from memoryd.core.retrieval.render_context import RenderedContext, render_memory_block
+from memoryd.core.retrieval.token_budget import TokenCounter, fit_to_budget
 from memoryd.core.text import utf8_len
-from memoryd.core.tier import TierHandler
-from memoryd.core.token_budget import TokenCounter, fit_to_budget
-from memoryd.core.usage import usage_report
+from memoryd.core.tiers.base import TierHandler
 from memoryd.core.validation import (
     Violations,
     check_batch,

@@ -34,7 +34,7 @@ from memoryd.core.models import (
     TierUsage,
     UsageReport,
 )
-from memoryd.core.render_context import RenderedContext
+from memoryd.core.retrieval.render_context import RenderedContext
 from memoryd.v1 import memory_pb2 as pb
 
 E = TypeVar("E", bound=Enum)

@@ -12,9 +12,9 @@ import itertools
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from memoryd.core.bodies import episode_from_dict, episode_to_dict
 from memoryd.core.errors import StoreUnavailable
 from memoryd.core.models import Kind, MemoryRecord, Role, Scope, Source, Tier
+from memoryd.core.tiers.bodies import episode_from_dict, episode_to_dict
 from memoryd.stores.archive.port import ArchiveStore, ArchiveStoreError
 
 # Archived records read per worker-thread hop.

@@ -9,10 +9,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import PruneCommand, PruneStrategy, Scope, Tier
 from memoryd.core.tasks import stop_task
-from memoryd.core.tier import TierHandler
-from memoryd.core.vector_memory import VectorMemory
+from memoryd.core.tiers.base import TierHandler
 from memoryd.settings import RetentionSettings
 
 log = logging.getLogger(__name__)

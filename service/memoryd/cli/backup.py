@@ -24,8 +24,8 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from memoryd.core.engine import MemoryEngine
+from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import ExportQuery, MemoryRecord, Scope, Tier
-from memoryd.core.vector_memory import VectorMemory
 from memoryd.stores.backup.port import BackupStore
 from memoryd.transport import convert
 from memoryd.v1 import memory_pb2 as pb

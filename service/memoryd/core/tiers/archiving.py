@@ -11,9 +11,10 @@ import dataclasses
 import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
-from memoryd.core.cold_archive import ColdArchive
 from memoryd.core.errors import FieldViolation, Unimplemented
+from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.locks import KeyedLocks
+from memoryd.core.memory.vector_memory import PAGE_SIZE, VectorMemory, check_vector_restore
 from memoryd.core.models import (
     GetResult,
     ImportResult,
@@ -25,8 +26,7 @@ from memoryd.core.models import (
     Scope,
     Tier,
 )
-from memoryd.core.tier import TierHits
-from memoryd.core.vector_memory import PAGE_SIZE, VectorMemory, check_vector_restore
+from memoryd.core.tiers.base import TierHits
 from memoryd.stores.vectors.port import Condition, Filter, HasId, MatchValue, Range
 
 DAY_S = 86_400.0

@@ -5,7 +5,7 @@ server, over gRPC. `main` adds them with `add_client_commands` and runs them wit
 An export file holds JSON lines, one `ExportResponse` each (header, items, trailer), as
 the server streamed them; `import` streams such a file back, so the trailer's checksum
 is verified by the server. Export and import show their progress on stderr (see
-`memoryd.progress`); `-q` / `--no-progress` turns it off.
+`memoryd.cli.progress`); `-q` / `--no-progress` turns it off.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import TextIO
 import grpc
 from google.protobuf import json_format
 
-from memoryd import progress
-from memoryd.progress import Progress
+from memoryd.cli import progress
+from memoryd.cli.progress import Progress
 from memoryd.settings import load_settings
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc

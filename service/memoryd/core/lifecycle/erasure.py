@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from memoryd.core.errors import StoreUnavailable
 from memoryd.core.models import PruneCommand, PruneResult, PruneStrategy, Scope, Tier
-from memoryd.core.tier import TierHandler
+from memoryd.core.tiers.base import TierHandler
 from memoryd.stores.audit.port import AuditLog, AuditLogError
 from memoryd.stores.backup.port import BackupStore, BackupStoreError
 

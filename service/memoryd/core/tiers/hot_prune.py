@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
-from memoryd.core.hot_errors import hot_store_calls
 from memoryd.core.models import PruneCommand, PruneStrategy
+from memoryd.core.tiers.hot_errors import hot_store_calls
 
 E = TypeVar("E")
 

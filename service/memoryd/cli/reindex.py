@@ -11,8 +11,8 @@ import shutil
 import time
 from collections.abc import Callable
 
-from memoryd.core import bm25
-from memoryd.core.payload import embed_text_of
+from memoryd.core.memory.payload import embed_text_of
+from memoryd.core.retrieval import bm25
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.vectors.edge_store import EdgeVectorStore, peek_meta, promote_collection

@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from memoryd.core.archiving_tier import ArchivingVectorTier
-from memoryd.core.cold_archive import ColdArchive
 from memoryd.core.errors import FieldViolation, QuotaExceeded
+from memoryd.core.lifecycle.cold_archive import ColdArchive
+from memoryd.core.lifecycle.quotas import QuotaProfiles
+from memoryd.core.lifecycle.usage import quota_percent
+from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
+from memoryd.core.memory.vector_memory import NewPoint, VectorMemory, check_vector_restore
 from memoryd.core.models import (
     AddCommand,
     AddResult,
@@ -22,11 +25,8 @@ from memoryd.core.models import (
     Tier,
     TierUsage,
 )
-from memoryd.core.payload import content_hash, embed_text_of, to_payload
-from memoryd.core.quotas import QuotaProfiles
-from memoryd.core.usage import quota_percent
+from memoryd.core.tiers.archiving import ArchivingVectorTier
 from memoryd.core.validation import Violations
-from memoryd.core.vector_memory import NewPoint, VectorMemory, check_vector_restore
 from memoryd.settings import LongTermSettings, QuotaSettings
 from memoryd.stores.vectors.port import MatchValue
 

@@ -12,15 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
-from memoryd.core.archiving_tier import ArchivingVectorTier
-from memoryd.core.bodies import (
-    document_problems,
-    field_filter_key,
-    flatten_document,
-    parse_document,
-)
-from memoryd.core.cold_archive import ColdArchive
 from memoryd.core.errors import FieldViolation, QuotaExceeded
+from memoryd.core.lifecycle.cold_archive import ColdArchive
+from memoryd.core.lifecycle.usage import quota_percent
+from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
+from memoryd.core.memory.vector_memory import NewPoint, VectorMemory
 from memoryd.core.models import (
     AddCommand,
     AddResult,
@@ -31,11 +27,15 @@ from memoryd.core.models import (
     Tier,
     TierUsage,
 )
-from memoryd.core.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.text import utf8_len
-from memoryd.core.usage import quota_percent
+from memoryd.core.tiers.archiving import ArchivingVectorTier
+from memoryd.core.tiers.bodies import (
+    document_problems,
+    field_filter_key,
+    flatten_document,
+    parse_document,
+)
 from memoryd.core.validation import Violations
-from memoryd.core.vector_memory import NewPoint, VectorMemory
 from memoryd.settings import StructuredSettings
 from memoryd.stores.vectors.port import Condition, Filter, MatchValue
 

@@ -7,8 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from memoryd.core.errors import FieldViolation, QuotaExceeded
-from memoryd.core.hot_errors import hot_store_calls
-from memoryd.core.hot_prune import metadata_matches, prune_hot
+from memoryd.core.lifecycle.usage import add_scope
 from memoryd.core.models import (
     AddCommand,
     AddResult,
@@ -26,8 +25,9 @@ from memoryd.core.models import (
     TierUsage,
 )
 from memoryd.core.text import overlap_score, utf8_len, words
-from memoryd.core.tier import TierHits
-from memoryd.core.usage import add_scope
+from memoryd.core.tiers.base import TierHits
+from memoryd.core.tiers.hot_errors import hot_store_calls
+from memoryd.core.tiers.hot_prune import metadata_matches, prune_hot
 from memoryd.core.validation import Violations, check_key
 from memoryd.settings import LimitSettings, WorkingSettings
 from memoryd.stores.hot.port import EntryLimitReached, HotStore, TaskKey, WorkingEntry

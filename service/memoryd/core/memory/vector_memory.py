@@ -17,11 +17,11 @@ from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from memoryd.core import bm25
 from memoryd.core.errors import FieldViolation, StoreUnavailable
+from memoryd.core.memory.payload import content_hash, embed_text_of, from_payload, to_payload
 from memoryd.core.models import ImportResult, Kind, MemoryRecord, Scope, Tier
-from memoryd.core.payload import content_hash, embed_text_of, from_payload, to_payload
-from memoryd.core.tier import TierHits
+from memoryd.core.retrieval import bm25
+from memoryd.core.tiers.base import TierHits
 from memoryd.settings import RetrievalSettings
 from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
 from memoryd.stores.vectors.port import (

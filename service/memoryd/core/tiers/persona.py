@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from memoryd.core.errors import FieldViolation
 from memoryd.core.locks import KeyedLocks
+from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
+from memoryd.core.memory.vector_memory import NewPoint, VectorMemory, check_vector_restore
 from memoryd.core.models import (
     AddCommand,
     AddResult,
@@ -24,11 +26,9 @@ from memoryd.core.models import (
     Tier,
     TierUsage,
 )
-from memoryd.core.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.text import utf8_len
-from memoryd.core.tier import TierHits
+from memoryd.core.tiers.base import TierHits
 from memoryd.core.validation import Violations, check_key
-from memoryd.core.vector_memory import NewPoint, VectorMemory, check_vector_restore
 from memoryd.settings import LimitSettings, LongTermSettings
 from memoryd.stores.vectors.port import Filter, MatchAny, MatchValue
 

@@ -9,13 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-from memoryd import progress
 from memoryd.app import App, StartupRefused, build_app, build_embedder
-from memoryd.backup import BackupCorrupt, backup, restore
-from memoryd.client_commands import add_client_commands, run_client_command
-from memoryd.core.vector_memory import VectorMemory
-from memoryd.progress import Progress
-from memoryd.reindex import ReindexRefused, reindex
+from memoryd.cli import progress
+from memoryd.cli.backup import BackupCorrupt, backup, restore
+from memoryd.cli.client_commands import add_client_commands, run_client_command
+from memoryd.cli.progress import Progress
+from memoryd.cli.reindex import ReindexRefused, reindex
+from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.settings import Settings, load_settings
 from memoryd.stores.backup.port import BackupStore, BackupStoreError
 from memoryd.transport.server import serve

@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from memoryd.core.archiving_tier import DAY_S, ArchivingVectorTier
-from memoryd.core.bodies import episode_problems, render_episode
-from memoryd.core.cold_archive import ColdArchive
 from memoryd.core.errors import FieldViolation, QuotaExceeded
+from memoryd.core.lifecycle.cold_archive import ColdArchive
+from memoryd.core.lifecycle.usage import add_scope
+from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
+from memoryd.core.memory.vector_memory import PAGE_SIZE, NewPoint, VectorMemory
 from memoryd.core.models import (
     AddCommand,
     AddResult,
@@ -26,10 +27,9 @@ from memoryd.core.models import (
     Tier,
     TierUsage,
 )
-from memoryd.core.payload import content_hash, embed_text_of, to_payload
-from memoryd.core.usage import add_scope
+from memoryd.core.tiers.archiving import DAY_S, ArchivingVectorTier
+from memoryd.core.tiers.bodies import episode_problems, render_episode
 from memoryd.core.validation import Violations
-from memoryd.core.vector_memory import PAGE_SIZE, NewPoint, VectorMemory
 from memoryd.settings import EpisodicSettings
 from memoryd.stores.vectors.port import Condition, Filter, MatchValue
 

@@ -9,9 +9,9 @@ from dataclasses import asdict
 from typing import Any
 
 from memoryd.core.errors import MemorydError, StoreUnavailable
-from memoryd.core.long_term import LongTermTier
 from memoryd.core.models import Kind, MemoryRecord, Role, Scope, Tier
 from memoryd.core.tasks import stop_task
+from memoryd.core.tiers.long_term import LongTermTier
 from memoryd.settings import WriteBehindSettings
 from memoryd.stores.queue.port import QueueDown, QueueEntry, WriteBehindQueue
 

@@ -12,9 +12,9 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from memoryd.core.bodies import body_payload, document_of, episode_of
 from memoryd.core.models import Kind, MemoryRecord, Role, Scope, Source, Tier
 from memoryd.core.text import utf8_len
+from memoryd.core.tiers.bodies import body_payload, document_of, episode_of
 
 
 def content_hash(scope: Scope, tier: Tier, key: str, content: str) -> str:
