@@ -19,14 +19,10 @@ from memoryd.core.lifecycle.maintenance import Maintenance, MaintenanceLoop
 from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.lifecycle.write_behind import ConversationCopier
 from memoryd.core.memory.vector_memory import VectorMemory
+from memoryd.core.models import MemoryRecord, Scope, Tier
 from memoryd.core.retrieval.token_budget import TokenCounter
-from memoryd.core.tiers.base import TierHandler
-from memoryd.core.tiers.episodic import EpisodicTier
 from memoryd.core.tiers.long_term import LongTermTier
-from memoryd.core.tiers.persona import PersonaTier
-from memoryd.core.tiers.short_term import ShortTermTier
-from memoryd.core.tiers.structured import StructuredTier
-from memoryd.core.tiers.working import WorkingTier
+from memoryd.core.tiers.registry import TierDeps, build_tiers
 from memoryd.settings import Settings
 from memoryd.stores.archive.jsonl_store import JsonlArchiveStore
 from memoryd.stores.audit.jsonl_log import JsonlAuditLog
@@ -183,35 +179,33 @@ async def build_app(
     queue = build_queue(settings)
     memory = VectorMemory(vectors, embedder, settings.retrieval, clock)
     archive = ColdArchive(JsonlArchiveStore(settings.data_dir / "archive"), clock)
-    quotas = QuotaProfiles(settings.quotas, settings.long_term)
-    long_term = LongTermTier(
-        memory, settings.long_term, clock, archive, quotas, settings.limits.max_content_bytes
+
+    async def copy_message(scope: Scope, message: MemoryRecord) -> None:
+        await copier.enqueue(scope, message)
+
+    deps = TierDeps(
+        settings=settings,
+        clock=clock,
+        hot=hot,
+        memory=memory,
+        archive=archive,
+        quotas=QuotaProfiles(settings.quotas, settings.long_term),
+        on_message=copy_message,
     )
+    tiers = build_tiers(deps)
+    long_term = tiers[Tier.LONG_TERM]
+    assert isinstance(long_term, LongTermTier)  # the durable copies go there
     copier = ConversationCopier(queue, long_term, settings.write_behind)
-    max_content = settings.limits.max_content_bytes
-    compress_over = settings.long_term.compress_over_bytes
-    episodic = EpisodicTier(memory, settings.episodic, clock, archive, max_content, compress_over)
-    structured = StructuredTier(
-        memory, settings.structured, clock, archive, max_content, compress_over
-    )
-    tiers: list[TierHandler] = [
-        WorkingTier(hot, settings.working, settings.limits, clock),
-        ShortTermTier(hot, settings.short_term, clock, listener=copier.enqueue),
-        long_term,
-        PersonaTier(memory, settings.long_term, settings.limits, clock),
-        episodic,
-        structured,
-    ]
     backups = FileBackupStore(settings.data_dir / "backups")
     erasure = Erasure(
-        {t.tier: t for t in tiers},
+        tiers,
         JsonlAuditLog(settings.data_dir / "audit" / "erasures.jsonl"),
         clock,
         backups=backups,
         flush=copier.drain,
     )
     engine = MemoryEngine(
-        {t.tier: t for t in tiers},
+        tiers,
         settings.limits,
         settings.retrieval,
         TokenCounter(),
@@ -219,9 +213,7 @@ async def build_app(
         archive,
         erasure,
     )
-    maintenance = Maintenance(
-        memory, long_term, settings.retention, episodic=episodic, structured=structured
-    )
+    maintenance = Maintenance(memory, tiers, settings.retention)
 
     async def vectors_up() -> bool:
         return await asyncio.to_thread(vectors.healthy)

@@ -1,6 +1,7 @@
-"""`memoryd backup` and `memoryd restore`: per-user export files of the backed-up tiers
-(long-term, persona, episodic, structured), written and read through the engine's export
-and import paths, with the same item serialization as the Export RPC.
+"""`memoryd backup` and `memoryd restore`: per-user export files of the tiers the registry
+marks backed up (the durable ones: long-term, persona, episodic, structured), written and
+read through the engine's export and import paths,
+with the same item serialization as the Export RPC.
 
     <data_dir>/backups/<YYYY-MM-DD>/<tenant>/<user>.jsonl.gz
 
@@ -25,14 +26,12 @@ from google.protobuf.message import Message
 
 from memoryd.core.engine import MemoryEngine
 from memoryd.core.memory.vector_memory import VectorMemory
-from memoryd.core.models import ExportQuery, MemoryRecord, Scope, Tier
+from memoryd.core.models import ExportQuery, MemoryRecord, Scope
+from memoryd.core.tiers.registry import backed_up_tiers
 from memoryd.stores.backup.port import BackupStore
 from memoryd.transport import convert
 from memoryd.v1 import memory_pb2 as pb
 
-# The durable tiers (RT-005 names long-term and persona; episodic and structured are
-# durable vector tiers too). Working and short-term are not backed up.
-BACKED_UP_TIERS = (Tier.LONG_TERM, Tier.PERSONA, Tier.EPISODIC, Tier.STRUCTURED)
 FORMAT_VERSION = "1"
 _WRITE_BATCH = 256
 
@@ -70,7 +69,7 @@ def _line(message: Message) -> str:
 async def _backup_user(
     engine: MemoryEngine, store: BackupStore, day: str, scope: Scope, now: float
 ) -> int:
-    query = ExportQuery(scope=scope, tiers=list(BACKED_UP_TIERS))
+    query = ExportQuery(scope=scope, tiers=backed_up_tiers())
     counts = await engine.export_counts(query)
     meta = {
         "memorydBackup": {
@@ -115,7 +114,7 @@ async def backup(
     """Write today's file for every user with backed-up memories, then delete the backup
     days older than `retention_days`."""
     owners: set[tuple[str, str]] = set()
-    for tier in BACKED_UP_TIERS:
+    for tier in backed_up_tiers():
         owners.update(await memory.owners(tier))
     report = BackupReport(day=day_of(now))
     users = sorted(owners)

@@ -33,6 +33,7 @@ from memoryd.core.retrieval.render_context import RenderedContext, render_memory
 from memoryd.core.retrieval.token_budget import TokenCounter, fit_to_budget
 from memoryd.core.text import utf8_len
 from memoryd.core.tiers.base import TierHandler
+from memoryd.core.tiers.registry import TIERS, spec
 from memoryd.core.validation import (
     Violations,
     check_batch,
@@ -47,12 +48,14 @@ from memoryd.settings import LimitSettings, RetrievalSettings, UsageSettings
 # An invalid import is refused naming at most this many of its bad items.
 _MAX_REPORTED_ITEMS = 20
 
-# Tiers addressed by key as well as by id.
-_KEYED_TIERS = frozenset({Tier.WORKING, Tier.PERSONA})
 
-# Tiers whose items are a structured body (an episode, a JSON document), not `content`:
-# the tier checks the body and derives the content from it.
-_BODY_TIERS = frozenset({Tier.EPISODIC, Tier.STRUCTURED})
+def _body_problems(tier: Tier, item: AddCommand | MemoryRecord) -> list[FieldViolation]:
+    """A structured body (an episode, a JSON document) is only for the tier that owns it."""
+    return [
+        FieldViolation(s.body_field, f"is only for the {s.tier.value} tier")
+        for s in TIERS.values()
+        if s.body_field and s.tier is not tier and getattr(item, s.body_field)
+    ]
 
 
 class MemoryEngine:
@@ -82,20 +85,17 @@ class MemoryEngine:
 
     @staticmethod
     def _check_tier_scope(v: Violations, tier: Tier, scope: Scope) -> None:
-        if tier is Tier.WORKING and not scope.task_id:
-            v.add("scope.task_id", "is required for the working tier")
-        if tier is Tier.SHORT_TERM and not scope.session_id:
-            v.add("scope.session_id", "is required for the short-term tier")
+        needs = spec(tier).scope_field
+        if needs and not getattr(scope, needs):
+            v.add(f"scope.{needs}", f"is required for the {spec(tier).title.split()[0]} tier")
 
     async def add(self, cmd: AddCommand) -> AddResult:
         v = Violations()
         check_scope(v, cmd.scope, self._limits)
-        if cmd.tier not in _BODY_TIERS:
+        if not spec(cmd.tier).body_field:
             check_content(v, cmd.content, self._limits)
-        if cmd.episode is not None and cmd.tier is not Tier.EPISODIC:
-            v.add("episode", "is only for the episodic tier")
-        if cmd.document_json and cmd.tier is not Tier.STRUCTURED:
-            v.add("document_json", "is only for the structured tier")
+        for problem in _body_problems(cmd.tier, cmd):
+            v.add(problem.field, problem.description)
         check_metadata(v, "metadata", cmd.metadata, self._limits)
         check_fraction(v, "importance", cmd.importance)
         handler = self._tier(cmd.tier)
@@ -149,7 +149,7 @@ class MemoryEngine:
         for handler, hits in zip(handlers, found, strict=True):
             total += hits.total
             embedding_ms += hits.embedding_ms
-            if handler.tier is Tier.WORKING:
+            if spec(handler.tier).first_in_retrieval:
                 working.extend(hits.items)
             else:
                 ranked.append(hits.items)
@@ -172,16 +172,17 @@ class MemoryEngine:
         for tier in request.tiers:
             self._check_tier_scope(v, tier, request.scope)
         v.raise_if_any()
-        persona: list[MemoryRecord] = []
-        if Tier.PERSONA in self._tiers:
-            listing = RetrieveQuery(scope=request.scope)
-            persona = (await self._tier(Tier.PERSONA).retrieve(listing, top_k)).items
+        header: list[MemoryRecord] = []
+        listing = RetrieveQuery(scope=request.scope)
+        for tier in self._tiers:
+            if spec(tier).render_header:
+                header += (await self._tier(tier).retrieve(listing, top_k)).items
         memories: list[MemoryRecord] = []
         if request.query.strip():
-            tiers: list[Tier] = [t for t in request.tiers if t is not Tier.PERSONA] or [
+            tiers: list[Tier] = [t for t in request.tiers if not spec(t).render_header] or [
                 t
                 for t, h in self._tiers.items()
-                if t is not Tier.PERSONA and h.can_retrieve(request.scope)
+                if not spec(t).render_header and h.can_retrieve(request.scope)
             ]
             query = RetrieveQuery(
                 scope=request.scope,
@@ -194,14 +195,15 @@ class MemoryEngine:
             # Hot tiers list everything of the task/session; only what the query touches
             # belongs in a prompt.
             memories = [m for m in found if m.score > 0]
-        return render_memory_block(persona, memories, budget, self._counter)
+        return render_memory_block(header, memories, budget, self._counter)
 
     def _check_lookup(self, lookup: Lookup) -> TierHandler:
         v = Violations()
         check_scope(v, lookup.scope, self._limits)
         check_batch(v, lookup.ids, lookup.keys, self._limits)
-        if lookup.keys and lookup.tier not in _KEYED_TIERS:
-            v.add("keys", "only the working and persona tiers are addressed by key")
+        if lookup.keys and not spec(lookup.tier).keyed:
+            keyed = " and ".join(s.tier.value for s in TIERS.values() if s.keyed)
+            v.add("keys", f"only the {keyed} tiers are addressed by key")
         self._check_tier_scope(v, lookup.tier, lookup.scope)
         v.raise_if_any()
         return self._tier(lookup.tier)
@@ -247,7 +249,7 @@ class MemoryEngine:
         v = Violations()
         check_scope(v, query.scope, self._limits)
         v.raise_if_any()
-        tiers = list(dict.fromkeys(query.tiers)) or list(self._tiers)
+        tiers = list(dict.fromkeys(query.tiers)) or [t for t in self._tiers if spec(t).exported]
         return [self._tier(t).tier for t in tiers]
 
     async def export_counts(self, query: ExportQuery) -> dict[Tier, int]:
@@ -287,13 +289,10 @@ class MemoryEngine:
         if handler is None:
             return [FieldViolation("tier", f"this server does not store {record.tier.value} items")]
         problems = handler.check_restore(record)
-        if record.episode is not None and record.tier is not Tier.EPISODIC:
-            problems.append(FieldViolation("episode", "is only for episodic items"))
-        if record.document_json and record.tier is not Tier.STRUCTURED:
-            problems.append(FieldViolation("document_json", "is only for structured items"))
+        problems += _body_problems(record.tier, record)
         if not record.id or utf8_len(record.id) > self._limits.max_id_bytes:
             problems.append(FieldViolation("id", f"must be 1..{self._limits.max_id_bytes} bytes"))
-        if record.tier in _BODY_TIERS:
+        if spec(record.tier).body_field:
             pass  # the tier checked the body; the content is derived from it on restore
         elif not record.content.strip():
             problems.append(FieldViolation("content", "must not be empty"))
@@ -347,5 +346,9 @@ class MemoryEngine:
         v = Violations()
         check_scope(v, scope, self._limits)
         v.raise_if_any()
-        tiers = [await handler.usage(scope) for handler in self._tiers.values()]
+        tiers = [
+            await handler.usage(scope)
+            for tier, handler in self._tiers.items()
+            if spec(tier).counted_in_usage
+        ]
         return usage_report(tiers, self._usage)

@@ -1,7 +1,11 @@
-"""One interceptor for every MemoryService call: attach the principal, map domain errors.
+"""The interceptor chain around every MemoryService call.
 
-Both concerns wrap the method handler itself (not the continuation), because in grpc.aio
-that is the only place that runs inside the call and sees its exceptions.
+Each concern is one `AroundCall` subclass whose `around` is an async context manager
+entered for the whole call (a unary call, or every message of a stream). They wrap the
+method handler itself, not the continuation, because in grpc.aio that is the only place
+that runs inside the call and sees its exceptions. `server.py` lists them outermost first:
+
+    errors (domain error -> status) -> identity (principal) -> servicer
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
 import grpc
@@ -22,18 +27,95 @@ log = logging.getLogger(__name__)
 
 SERVICE_PREFIX = "/memoryd.v1.MemoryService/"
 
+Context = grpc.aio.ServicerContext[Any, Any]
+Metadata = tuple[tuple[str, str | bytes], ...]
+Behavior = Callable[..., Any]
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable["grpc.RpcMethodHandler[Any, Any]"]]
+
+
+class AroundCall(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Runs `around(details, context)` around every MemoryService call; other services
+    (health, reflection) pass through untouched."""
+
+    def around(
+        self, details: grpc.HandlerCallDetails, context: Context
+    ) -> AbstractAsyncContextManager[None]:
+        raise NotImplementedError
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        if handler is None or not handler_call_details.method.startswith(SERVICE_PREFIX):
+            return handler
+        details = handler_call_details
+        kinds = (
+            (handler.unary_unary, grpc.unary_unary_rpc_method_handler, False),
+            (handler.stream_unary, grpc.stream_unary_rpc_method_handler, False),
+            (handler.unary_stream, grpc.unary_stream_rpc_method_handler, True),
+            (handler.stream_stream, grpc.stream_stream_rpc_method_handler, True),
+        )
+        for behavior, make, streams in kinds:
+            if behavior is not None:
+                wrap = self._wrap_stream if streams else self._wrap_unary
+                return make(  # type: ignore[no-any-return]
+                    wrap(behavior, details),
+                    request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer,
+                )
+        return handler
+
+    def _wrap_unary(self, behavior: Behavior, details: grpc.HandlerCallDetails) -> Behavior:
+        async def call(request: Any, context: Context) -> Any:
+            async with self.around(details, context):
+                return await behavior(request, context)
+
+        return call
+
+    def _wrap_stream(self, behavior: Behavior, details: grpc.HandlerCallDetails) -> Behavior:
+        async def call(request: Any, context: Context) -> AsyncIterator[Any]:
+            async with self.around(details, context):
+                async for response in behavior(request, context):
+                    yield response
+
+        return call
+
+
+class ErrorMapping(AroundCall):
+    """Domain errors become their status (transport/status_map.py); anything else is a bug:
+    logged with its traceback and answered INTERNAL without details."""
+
+    @asynccontextmanager
+    async def around(
+        self, details: grpc.HandlerCallDetails, context: Context
+    ) -> AsyncIterator[None]:
+        try:
+            yield
+        except grpc.aio.AbortError:
+            raise
+        except MemorydError as exc:
+            await _abort(context, to_rpc_status(exc))
+        except Exception:
+            log.exception("unexpected error in %s", details.method)
+            await _abort(context, internal_status())
+
+
+async def _abort(context: Context, status: Any) -> None:
+    grpc_status = rpc_status.to_status(status)
+    await context.abort(grpc_status.code, grpc_status.details, grpc_status.trailing_metadata)
+
 
 class Authenticator(Protocol):
-    def authenticate(self, metadata: tuple[tuple[str, str | bytes], ...]) -> Principal: ...
+    def authenticate(self, metadata: Metadata) -> Principal: ...
 
 
 class DefaultTenant:
-    """No authentication yet: every caller belongs to one tenant."""
+    """No credential configured: every caller belongs to one tenant."""
 
     def __init__(self, tenant: str = "default") -> None:
         self._principal = Principal(tenant=tenant)
 
-    def authenticate(self, metadata: tuple[tuple[str, str | bytes], ...]) -> Principal:
+    def authenticate(self, metadata: Metadata) -> Principal:
         return self._principal
 
 
@@ -50,84 +132,17 @@ class CallContext:
         self._principal.set(principal)
 
 
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: Exception) -> None:
-    if isinstance(exc, MemorydError):
-        status = to_rpc_status(exc)
-    else:
-        log.exception("unexpected error in a call", exc_info=exc)
-        status = internal_status()
-    grpc_status = rpc_status.to_status(status)
-    await context.abort(grpc_status.code, grpc_status.details, grpc_status.trailing_metadata)
+class Identity(AroundCall):
+    """Turns the call's credential into the principal the servicer reads."""
 
-
-Behavior = Callable[..., Any]
-
-
-class ServiceInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     def __init__(self, authenticator: Authenticator, calls: CallContext) -> None:
         self._auth = authenticator
         self._calls = calls
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
-        if handler is None or not handler_call_details.method.startswith(SERVICE_PREFIX):
-            return handler
-        metadata = tuple(handler_call_details.invocation_metadata or ())
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                self._wrap_unary(handler.unary_unary, metadata),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(
-                self._wrap_unary(handler.stream_unary, metadata),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream(handler.unary_stream, metadata),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        assert handler.stream_stream is not None
-        return grpc.stream_stream_rpc_method_handler(
-            self._wrap_stream(handler.stream_stream, metadata),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-
-    def _wrap_unary(self, behavior: Behavior, metadata: Any) -> Behavior:
-        async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            # Each RPC runs in its own task with its own context copy: no reset needed.
-            self._calls.bind(self._auth.authenticate(metadata))
-            try:
-                return await behavior(request, context)
-            except grpc.aio.AbortError:
-                raise
-            except Exception as exc:
-                await _abort(context, exc)
-
-        return call
-
-    def _wrap_stream(self, behavior: Behavior, metadata: Any) -> Behavior:
-        async def call(
-            request: Any, context: grpc.aio.ServicerContext[Any, Any]
-        ) -> AsyncIterator[Any]:
-            self._calls.bind(self._auth.authenticate(metadata))
-            try:
-                async for response in behavior(request, context):
-                    yield response
-            except grpc.aio.AbortError:
-                raise
-            except Exception as exc:
-                await _abort(context, exc)
-
-        return call
+    @asynccontextmanager
+    async def around(
+        self, details: grpc.HandlerCallDetails, context: Context
+    ) -> AsyncIterator[None]:
+        # Each RPC runs in its own task with its own context copy: no reset needed.
+        self._calls.bind(self._auth.authenticate(tuple(details.invocation_metadata or ())))
+        yield

@@ -13,7 +13,7 @@ from grpc_reflection.v1alpha import reflection
 from memoryd.app import App
 from memoryd.settings import Settings
 from memoryd.transport.health import SERVICE_NAME, HealthMonitor
-from memoryd.transport.interceptors import CallContext, DefaultTenant, ServiceInterceptor
+from memoryd.transport.interceptors import CallContext, DefaultTenant, ErrorMapping, Identity
 from memoryd.transport.servicer import MemoryServicer
 from memoryd.v1 import memory_pb2, memory_pb2_grpc
 
@@ -28,7 +28,8 @@ class MemorydServer:
         calls = CallContext()
         max_bytes = settings.limits.max_message_bytes
         self._server = grpc.aio.server(
-            interceptors=[ServiceInterceptor(DefaultTenant(), calls)],
+            # Outermost first: errors are mapped for everything inside, identity included.
+            interceptors=[ErrorMapping(), Identity(DefaultTenant(), calls)],
             options=[
                 ("grpc.max_receive_message_length", max_bytes),
                 ("grpc.max_send_message_length", max_bytes),

@@ -1,6 +1,6 @@
 """memoryd.v1.MemoryService: converts messages and hands them to the engine.
 
-Domain errors propagate to the ServiceInterceptor, which maps them to statuses.
+Domain errors propagate to the ErrorMapping interceptor, which maps them to statuses.
 """
 
 from __future__ import annotations

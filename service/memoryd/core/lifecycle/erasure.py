@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from memoryd.core.errors import StoreUnavailable
 from memoryd.core.models import PruneCommand, PruneResult, PruneStrategy, Scope, Tier
 from memoryd.core.tiers.base import TierHandler
+from memoryd.core.tiers.registry import spec
 from memoryd.stores.audit.port import AuditLog, AuditLogError
 from memoryd.stores.backup.port import BackupStore, BackupStoreError
 
@@ -27,7 +28,7 @@ class Erasure:
         backups: BackupStore | None = None,
         flush: Flush | None = None,
     ) -> None:
-        self._tiers = dict(tiers)
+        self._tiers = {t: h for t, h in tiers.items() if spec(t).erased}
         self._audit = audit
         self._clock = clock
         self._backups = backups

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import PruneCommand, PruneStrategy, Scope, Tier
 from memoryd.core.tasks import stop_task
 from memoryd.core.tiers.base import TierHandler
+from memoryd.core.tiers.registry import retained
 from memoryd.settings import RetentionSettings
 
 log = logging.getLogger(__name__)
@@ -41,20 +42,16 @@ class Maintenance:
     def __init__(
         self,
         memory: VectorMemory,
-        long_term: TierHandler,
+        tiers: Mapping[Tier, TierHandler],
         retention: RetentionSettings,
-        *,
-        episodic: TierHandler | None = None,
-        structured: TierHandler | None = None,
     ) -> None:
+        """Plans every tier the registry gives a retention, among those served."""
         self._memory = memory
-        self._plans = [_Plan(long_term, retention.long_term_archive_after_days)]
-        if structured is not None:
-            self._plans.append(_Plan(structured, retention.structured_archive_after_days))
-        if episodic is not None:
-            self._plans.append(
-                _Plan(episodic, retention.episodic_archive_after_days, archive_first=True)
-            )
+        self._plans = [
+            _Plan(tiers[s.tier], s.archive_after_days(retention), s.archive_first)
+            for s in retained()
+            if s.tier in tiers
+        ]
 
     async def _purge(self, plan: _Plan, scope: Scope) -> int:
         tier = plan.handler.tier
@@ -72,7 +69,7 @@ class Maintenance:
         )
 
     async def run_once(self) -> MaintenanceReport:
-        """For every user of long-term, structured and episodic memory: purge what is
+        """For every user of a retained tier (long-term, structured, episodic): purge what is
         expired or deleted (first, so it is never archived), then archive what is past the
         tier's retention; episodes the other way round (see `_Plan.archive_first`)."""
         report = MaintenanceReport()

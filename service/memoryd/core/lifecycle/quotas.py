@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memoryd.core.models import Scope
+from memoryd.core.errors import QuotaExceeded
+from memoryd.core.models import Scope, TierUsage
 from memoryd.settings import DEFAULT_PROFILE, LongTermSettings, QuotaProfile, QuotaSettings
 
 
@@ -39,3 +40,23 @@ class QuotaProfiles:
             q.tenant_profiles.get(scope.tenant, q.default_profile),
         )
         return ResolvedProfile(name, self._profiles[name])
+
+
+def quota_percent(count: int, max_count: int, size: int, max_bytes: int) -> float:
+    """max(count %, bytes %) of the limits that exist (0 means no limit)."""
+    parts = [100.0 * count / max_count if max_count else 0.0]
+    parts.append(100.0 * size / max_bytes if max_bytes else 0.0)
+    return max(parts)
+
+
+def add_scope(usage: TierUsage, count: int, size: int) -> None:
+    """Add one task's or session's totals; limits are per scope, so percent is that of the
+    fullest scope."""
+    usage.count += count
+    usage.bytes += size
+    usage.percent = max(usage.percent, quota_percent(count, usage.max_count, size, usage.max_bytes))
+
+
+def quota_full(subject: str, limit_name: str, limit: int, message: str) -> QuotaExceeded:
+    """The one way a full quota is reported: what is full, its limit, and what to do."""
+    return QuotaExceeded(subject=subject, limit_name=limit_name, limit=limit, message=message)

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
-from memoryd.core.errors import FieldViolation, Unimplemented
+from memoryd.core.errors import FieldViolation, QuotaExceeded, Unimplemented
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.locks import KeyedLocks
 from memoryd.core.memory.vector_memory import PAGE_SIZE, VectorMemory, check_vector_restore
@@ -20,6 +20,7 @@ from memoryd.core.models import (
     ImportResult,
     Lookup,
     MemoryRecord,
+    Operation,
     PruneCommand,
     PruneStrategy,
     RetrieveQuery,
@@ -30,6 +31,8 @@ from memoryd.core.tiers.base import TierHits
 from memoryd.stores.vectors.port import Condition, Filter, HasId, MatchValue, Range
 
 DAY_S = 86_400.0
+# Auto-prune at a full count quota drops this share of the oldest items (RT-006: 10%).
+AUTO_PRUNE_SHARE = 0.10
 
 
 class ArchivingVectorTier:
@@ -96,6 +99,24 @@ class ArchivingVectorTier:
         if ids:
             await self._memory.call(self._memory.store.delete, ids)
         return len(ids)
+
+    async def _make_room(
+        self,
+        flt: Filter,
+        count: int,
+        limit: int,
+        auto_prune: bool,
+        full: Callable[[], QuotaExceeded],
+    ) -> tuple[int, Operation]:
+        """The count quota shared by every vector tier: under the limit, add; at it, refuse
+        with `full()`, or with auto-prune drop the oldest tenth of what `flt` selects first.
+        Returns the count left and the operation to report."""
+        if count < limit:
+            return count, Operation.ADD
+        if not auto_prune:
+            raise full()
+        count -= await self._drop_oldest(flt, math.ceil(count * AUTO_PRUNE_SHARE))
+        return count, Operation.ADD_WITH_PRUNE
 
     async def _drop_oldest(self, flt: Filter, n: int) -> int:
         oldest = await self._memory.records(flt, n, newest_first=False)

@@ -9,12 +9,11 @@ moves it to the cold archive (see `_archivable`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
-from memoryd.core.errors import FieldViolation, QuotaExceeded
+from memoryd.core.errors import FieldViolation
 from memoryd.core.lifecycle.cold_archive import ColdArchive
-from memoryd.core.lifecycle.usage import add_scope
+from memoryd.core.lifecycle.quotas import add_scope, quota_full
 from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.memory.vector_memory import PAGE_SIZE, NewPoint, VectorMemory
 from memoryd.core.models import (
@@ -22,7 +21,6 @@ from memoryd.core.models import (
     AddResult,
     Kind,
     MemoryRecord,
-    Operation,
     Scope,
     Tier,
     TierUsage,
@@ -91,22 +89,19 @@ class EpisodicTier(ArchivingVectorTier):
         limit = self._settings.max_episodes_per_agent
         of_agent = self._of_agent(scope)
         async with self._locks((scope.tenant, scope.user_id, scope.agent_id)):
-            count = await self._count(of_agent)
-            operation = Operation.ADD
-            if count >= limit:
-                if not cmd.auto_prune:
-                    raise QuotaExceeded(
-                        subject=f"episodic:{scope.user_id}/{scope.agent_id}",
-                        limit_name="episodic.max_episodes_per_agent",
-                        limit=limit,
-                        message=(
-                            f"episodic memory of agent {scope.agent_id!r} is full (max: "
-                            f"{limit:,} episodes per agent); delete old episodes or upgrade "
-                            "your plan"
-                        ),
-                    )
-                count -= await self._drop_oldest(of_agent, math.ceil(count * 0.10))
-                operation = Operation.ADD_WITH_PRUNE
+            count, operation = await self._make_room(
+                of_agent,
+                await self._count(of_agent),
+                limit,
+                cmd.auto_prune,
+                lambda: quota_full(
+                    f"episodic:{scope.user_id}/{scope.agent_id}",
+                    "episodic.max_episodes_per_agent",
+                    limit,
+                    f"episodic memory of agent {scope.agent_id!r} is full (max: {limit:,} "
+                    "episodes per agent); delete old episodes or upgrade your plan",
+                ),
+            )
             now = self._clock()
             expires = now + self._settings.ttl_days * DAY_S
             if cmd.expires_at is not None:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
-from memoryd.core.errors import FieldViolation, QuotaExceeded
+from memoryd.core.errors import FieldViolation
 from memoryd.core.lifecycle.cold_archive import ColdArchive
-from memoryd.core.lifecycle.quotas import QuotaProfiles
-from memoryd.core.lifecycle.usage import quota_percent
+from memoryd.core.lifecycle.quotas import QuotaProfiles, quota_full, quota_percent
 from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.memory.vector_memory import NewPoint, VectorMemory, check_vector_restore
 from memoryd.core.models import (
@@ -30,9 +28,6 @@ from memoryd.core.validation import Violations
 from memoryd.settings import LongTermSettings, QuotaSettings
 from memoryd.stores.vectors.port import MatchValue
 
-# Kinds that belong to other tiers.
-_FOREIGN_KINDS = frozenset({Kind.EPISODE, Kind.ENTITY, Kind.RELATION, Kind.DOCUMENT})
-
 
 class LongTermTier(ArchivingVectorTier):
     """Get, Prune, Export and retrieval come from ArchivingVectorTier; long-term memory
@@ -48,14 +43,18 @@ class LongTermTier(ArchivingVectorTier):
         archive: ColdArchive | None = None,
         quotas: QuotaProfiles | None = None,
         max_content_bytes: int = 65_536,
+        *,
+        foreign_kinds: frozenset[Kind],
     ) -> None:
         super().__init__(memory, clock, archive, settings.compress_over_bytes)
+        # Kinds that belong to other tiers (the registry knows which).
+        self._foreign_kinds = foreign_kinds
         self._max_content_bytes = max_content_bytes
         self._settings = settings
         self._quotas = quotas or QuotaProfiles(QuotaSettings(), settings)
 
     def check_add(self, cmd: AddCommand, v: Violations) -> None:
-        if cmd.kind in _FOREIGN_KINDS:
+        if cmd.kind in self._foreign_kinds:
             v.add("kind", f"{cmd.kind.value} memories belong to another tier")
         if cmd.expires_at is not None and cmd.expires_at <= self._clock():
             v.add("expires_at", "must be in the future")
@@ -81,37 +80,31 @@ class LongTermTier(ArchivingVectorTier):
                     return AddResult(
                         same.id, Operation.DEDUPLICATED, Tier.LONG_TERM, max(0, limit - count)
                     )
-            count = await self._memory.call(self._memory.store.count, live)
-            operation = Operation.ADD
-            if count >= limit:
-                if not cmd.auto_prune:
-                    raise QuotaExceeded(
-                        subject=f"long_term:{scope.user_id}",
-                        limit_name="long_term.max_memories",
-                        limit=limit,
-                        message=(
-                            f"long-term memory is full (max: {limit:,} memories, "
-                            f"quota profile {profile.name!r}); "
-                            "delete old memories or upgrade your plan"
-                        ),
-                    )
-                count -= await self._drop_oldest(live, math.ceil(count * 0.10))
-                operation = Operation.ADD_WITH_PRUNE
+            count, operation = await self._make_room(
+                live,
+                await self._memory.call(self._memory.store.count, live),
+                limit,
+                cmd.auto_prune,
+                lambda: quota_full(
+                    f"long_term:{scope.user_id}",
+                    "long_term.max_memories",
+                    limit,
+                    f"long-term memory is full (max: {limit:,} memories, quota profile "
+                    f"{profile.name!r}); delete old memories or upgrade your plan",
+                ),
+            )
             size = await self._memory.bytes_used(
                 live, count, max_bytes - new_bytes, self._max_content_bytes
             )
             if size + new_bytes > max_bytes:
                 # Auto-prune frees room by count only; a byte overflow is always refused.
-                raise QuotaExceeded(
-                    subject=f"long_term:{scope.user_id}",
-                    limit_name="long_term.max_bytes",
-                    limit=max_bytes,
-                    message=(
-                        f"long-term memory would exceed its size quota with this "
-                        f"{new_bytes:,}-byte memory ({size:,} bytes used, max: {max_bytes:,} "
-                        f"bytes, quota profile {profile.name!r}); "
-                        "delete old memories or upgrade your plan"
-                    ),
+                raise quota_full(
+                    f"long_term:{scope.user_id}",
+                    "long_term.max_bytes",
+                    max_bytes,
+                    f"long-term memory would exceed its size quota with this {new_bytes:,}-byte "
+                    f"memory ({size:,} bytes used, max: {max_bytes:,} bytes, quota profile "
+                    f"{profile.name!r}); delete old memories or upgrade your plan",
                 )
             now = self._clock()
             kind = Kind.NOTE if cmd.kind is Kind.UNSPECIFIED else cmd.kind
@@ -150,7 +143,7 @@ class LongTermTier(ArchivingVectorTier):
 
     def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
         problems = check_vector_restore(record)
-        if record.kind in _FOREIGN_KINDS:
+        if record.kind in self._foreign_kinds:
             problems.append(FieldViolation("kind", f"{record.kind.value} belongs to another tier"))
         return problems
 

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from memoryd.core.errors import FieldViolation
-from memoryd.core.lifecycle.usage import add_scope
+from memoryd.core.lifecycle.quotas import add_scope
 from memoryd.core.models import (
     AddCommand,
     AddResult,

@@ -9,12 +9,11 @@ Prune `filters` match a document's top-level scalar fields (string-compared, see
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 
 from memoryd.core.errors import FieldViolation, QuotaExceeded
 from memoryd.core.lifecycle.cold_archive import ColdArchive
-from memoryd.core.lifecycle.usage import quota_percent
+from memoryd.core.lifecycle.quotas import quota_full, quota_percent
 from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.memory.vector_memory import NewPoint, VectorMemory
 from memoryd.core.models import (
@@ -22,7 +21,6 @@ from memoryd.core.models import (
     AddResult,
     Kind,
     MemoryRecord,
-    Operation,
     Scope,
     Tier,
     TierUsage,
@@ -74,11 +72,11 @@ class StructuredTier(ArchivingVectorTier):
         ]
 
     def _full(self, scope: Scope, what: str, limit: int, message: str) -> QuotaExceeded:
-        return QuotaExceeded(
-            subject=f"structured:{scope.user_id}",
-            limit_name=f"structured.{what}",
-            limit=limit,
-            message=f"{message}; delete old documents or upgrade your plan",
+        return quota_full(
+            f"structured:{scope.user_id}",
+            f"structured.{what}",
+            limit,
+            f"{message}; delete old documents or upgrade your plan",
         )
 
     async def add(self, cmd: AddCommand) -> AddResult:
@@ -88,18 +86,18 @@ class StructuredTier(ArchivingVectorTier):
         new_bytes = utf8_len(cmd.document_json)
         live = self._live(scope)
         async with self._locks((scope.tenant, scope.user_id)):
-            count = await self._count(live)
-            operation = Operation.ADD
-            if count >= limit:
-                if not cmd.auto_prune:
-                    raise self._full(
-                        scope,
-                        "max_documents",
-                        limit,
-                        f"structured memory is full (max: {limit:,} documents)",
-                    )
-                count -= await self._drop_oldest(live, math.ceil(count * 0.10))
-                operation = Operation.ADD_WITH_PRUNE
+            count, operation = await self._make_room(
+                live,
+                await self._count(live),
+                limit,
+                cmd.auto_prune,
+                lambda: self._full(
+                    scope,
+                    "max_documents",
+                    limit,
+                    f"structured memory is full (max: {limit:,} documents)",
+                ),
+            )
             size = await self._memory.bytes_used(
                 live, count, max_bytes - new_bytes, self._max_content_bytes
             )

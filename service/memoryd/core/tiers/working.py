@@ -7,7 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from memoryd.core.errors import FieldViolation, QuotaExceeded
-from memoryd.core.lifecycle.usage import add_scope
+from memoryd.core.lifecycle.quotas import add_scope, quota_full
 from memoryd.core.models import (
     AddCommand,
     AddResult,
@@ -106,11 +106,11 @@ class WorkingTier:
 
     def _full(self, scope: Scope) -> QuotaExceeded:
         max_entries = self._settings.max_entries
-        return QuotaExceeded(
-            subject=f"working:{scope.user_id}/{scope.task_id}",
-            limit_name="working.max_entries",
-            limit=max_entries,
-            message=(
+        return quota_full(
+            f"working:{scope.user_id}/{scope.task_id}",
+            "working.max_entries",
+            max_entries,
+            (
                 f"working memory of this task is full (max: {max_entries:,} entries); "
                 "delete keys you no longer need or end the task"
             ),
