@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-from run_eval import open_target, percentile
+from harness.metrics import percentile, pooled_recall
+from harness.server import open_target
 
 DATA = Path(__file__).parent / "longconv" / "data"
 
@@ -89,8 +89,8 @@ async def run(
                             content=turn["text"],
                             metadata={"speaker": turn["speaker"], "date": session["date"]},
                         )
-                    reply = await stub.Add(request)
-                    ids[(c["id"], reply.memory_id)] = turn["id"]
+                    added = await stub.Add(request)
+                    ids[(c["id"], added.memory_id)] = turn["id"]
         for q in questions:
             started = time.perf_counter()
             reply = await stub.Retrieve(
@@ -110,10 +110,6 @@ async def run(
     return found, latencies
 
 
-def recall(pairs: Sequence[tuple[int, int]]) -> float:
-    return sum(f for f, _ in pairs) / max(1, sum(t for _, t in pairs))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=DATA)
@@ -131,9 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for category in sorted(found):
         pairs = found[category]
-        print(f"  {category:<12} {recall(pairs):.3f}  ({len(pairs)} questions)")
+        print(f"  {category:<12} {pooled_recall(pairs):.3f}  ({len(pairs)} questions)")
     everything = [p for pairs in found.values() for p in pairs]
-    total = recall(everything)
+    total = pooled_recall(everything)
     p50, p95 = percentile(latencies, 50), percentile(latencies, 95)
     print(f"evidence recall@{args.top_k}: {total:.3f} (layout {args.layout})")
     print(f"Retrieve p50 {p50:.1f} ms, p95 {p95:.1f} ms" if p50 and p95 else "")
