@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test install redis gen lint format eval clean
+.PHONY: run test install redis gen docs lint format eval clean
 
 run: install
 	$(VENV)/bin/memoryd serve
@@ -40,6 +40,10 @@ eval: install
 
 gen: install
 	PYTHON=$(PY) bash scripts/gen_stubs.sh
+
+# The generated reference documents under docs/reference/ (a unit test fails when stale).
+docs: install
+	PYTHONPATH=service $(PY) scripts/gen_docs.py
 
 lint: install
 	$(VENV)/bin/ruff check .

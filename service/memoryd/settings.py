@@ -38,14 +38,14 @@ class ShortTermSettings(BaseModel):
 class LimitSettings(BaseModel):
     """Request limits: anything past them is refused with INVALID_ARGUMENT."""
 
-    max_content_bytes: int = Field(65_536, ge=1)
-    max_key_bytes: int = Field(256, ge=1)
+    max_content_bytes: int = Field(65_536, ge=1, description="Bytes of one memory's content")
+    max_key_bytes: int = Field(256, ge=1, description="Bytes of a working or persona key")
     max_id_bytes: int = Field(128, ge=1, description="user/agent/session/task ids")
-    max_metadata_entries: int = Field(32, ge=0)
-    max_metadata_key_bytes: int = Field(64, ge=1)
-    max_metadata_value_bytes: int = Field(1024, ge=1)
-    max_top_k: int = Field(100, ge=1)
-    default_top_k: int = Field(10, ge=1)
+    max_metadata_entries: int = Field(32, ge=0, description="Metadata entries per item")
+    max_metadata_key_bytes: int = Field(64, ge=1, description="Bytes of a metadata key")
+    max_metadata_value_bytes: int = Field(1024, ge=1, description="Bytes of a metadata value")
+    max_top_k: int = Field(100, ge=1, description="Largest top_k a Retrieve may ask")
+    default_top_k: int = Field(10, ge=1, description="top_k when a Retrieve gives none")
     max_batch_ids: int = Field(1000, ge=1, description="ids or keys in one Get/Delete")
     max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="gRPC message size")
     max_import_items: int = Field(
@@ -60,31 +60,37 @@ class VectorSettings(BaseModel):
         "edge", description="edge: in-process qdrant-edge under data_dir; qdrant: a server"
     )
     qdrant_url: str | None = Field(None, description="Qdrant server URL (backend=qdrant)")
-    qdrant_api_key: str | None = None
-    qdrant_prefer_grpc: bool = True
+    qdrant_api_key: str | None = Field(None, description="API key of the Qdrant server")
+    qdrant_prefer_grpc: bool = Field(True, description="Talk to Qdrant over gRPC, not REST")
     qdrant_location: str | None = Field(
         None, description="qdrant-client local mode (':memory:' or a path), instead of a URL"
     )
-    collection: str = "memories"
+    collection: str = Field("memories", description="The one collection of every vector tier")
 
 
 class EmbedderSettings(BaseModel):
-    provider: Literal["minilm", "openai"] = "minilm"
-    openai_api_key: str | None = None
+    provider: Literal["minilm", "openai"] = Field(
+        "minilm", description="minilm: local, offline; openai: an OpenAI-compatible API"
+    )
+    openai_api_key: str | None = Field(None, description="API key of the embeddings API")
     openai_base_url: str | None = Field(None, description="Any OpenAI-compatible endpoint")
-    openai_model: str = "text-embedding-3-small"
-    openai_dimensions: int | None = Field(None, ge=1)
-    openai_timeout_seconds: float = Field(10.0, gt=0)
+    openai_model: str = Field("text-embedding-3-small", description="Embedding model name")
+    openai_dimensions: int | None = Field(
+        None, ge=1, description="Ask the API for this many dimensions"
+    )
+    openai_timeout_seconds: float = Field(10.0, gt=0, description="Per embeddings call")
     cache_entries: int = Field(10_000, ge=0, description="In-process LRU of embeddings")
     cache_ttl_seconds: int = Field(7 * 24 * 3600, ge=1, description="Redis cache TTL")
 
 
 class RetrievalSettings(BaseModel):
-    mode: Literal["hybrid", "dense", "keyword"] = "hybrid"
+    mode: Literal["hybrid", "dense", "keyword"] = Field(
+        "hybrid", description="Candidates from both dense and BM25, or one of them"
+    )
     min_score: float = Field(0.3, ge=0, le=1, description="Default min_score of Retrieve")
-    rrf_k: int = Field(60, ge=1)
-    dense_weight: float = Field(1.0, gt=0)
-    sparse_weight: float = Field(1.0, gt=0)
+    rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant k")
+    dense_weight: float = Field(1.0, gt=0, description="RRF weight of the dense prefetch")
+    sparse_weight: float = Field(1.0, gt=0, description="RRF weight of the BM25 prefetch")
     relative_cutoff: float = Field(
         0.0,
         ge=0,
@@ -187,8 +193,12 @@ DEFAULT_PROFILE = "default"
 class TierQuota(BaseModel):
     """Per-user limits of one tier for users on the default profile."""
 
-    max_memories: int | None = Field(None, ge=1)
-    max_bytes: int | None = Field(None, ge=1)
+    max_memories: int | None = Field(
+        None, ge=1, description="Overrides the default profile's long-term count limit"
+    )
+    max_bytes: int | None = Field(
+        None, ge=1, description="Overrides the default profile's long-term byte limit"
+    )
 
 
 class QuotaSettings(BaseModel):
@@ -279,8 +289,8 @@ class UsageSettings(BaseModel):
     quota_profile: str = Field(
         "default", description="Name reported by Usage when no tier resolves a quota profile"
     )
-    warning_percent: float = Field(80.0, gt=0, le=100)
-    critical_percent: float = Field(95.0, gt=0, le=100)
+    warning_percent: float = Field(80.0, gt=0, le=100, description="Usage alert level warning")
+    critical_percent: float = Field(95.0, gt=0, le=100, description="Usage alert level critical")
     vector_usd_per_gb_month: float = Field(
         0.40, ge=0, description="Long-term and persona content (RT-006: $0.40/GB/month)"
     )
@@ -292,8 +302,8 @@ class UsageSettings(BaseModel):
 class WriteBehindSettings(BaseModel):
     """The durable copy of conversation messages into long-term memory."""
 
-    batch_size: int = Field(64, ge=1)
-    retry_seconds: float = Field(1.0, gt=0)
+    batch_size: int = Field(64, ge=1, description="Messages copied to long-term per batch")
+    retry_seconds: float = Field(1.0, gt=0, description="Wait before retrying a failed copy")
 
 
 class BackupSettings(BaseModel):
@@ -314,7 +324,9 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, description="Hot tiers in Redis; unset: in-process")
     reflection: bool = Field(False, description="Serve gRPC server reflection")
     grace_period_seconds: float = Field(5.0, ge=0, description="Graceful stop on SIGTERM")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="Lowest level logged"
+    )
 
     working: WorkingSettings = WorkingSettings()
     short_term: ShortTermSettings = ShortTermSettings()
