@@ -54,6 +54,7 @@ async def test_export_to_a_file_import_into_another_user_and_see_it_in_usage(
     assert await run("export", "--target", target(s), "--user", user_id, "-o", str(dump)) == 0
     lines = [json.loads(line) for line in dump.read_text().splitlines()]
     assert "header" in lines[0] and "trailer" in lines[-1]
+    assert lines[-1]["trailer"]["checksumFormat"] == "item-jcs-v1"
     assert sum("item" in line for line in lines) == 4
     assert "exported 4 items" in capsys.readouterr().err
 

@@ -337,7 +337,10 @@ async def test_export_erase_import_gives_back_the_same_episodes(
         yield pb.ImportRequest(scope=scope(user_id))
         for item in before:
             yield pb.ImportRequest(item=item)
-        yield pb.ImportRequest(trailer=pb.ExportTrailer(item_count=2, checksum_sha256=checksum))
+        trailer = pb.ExportTrailer(
+            item_count=2, checksum_sha256=checksum, checksum_format="item-jcs-v1"
+        )
+        yield pb.ImportRequest(trailer=trailer)
 
     reply = await vec.stub.Import(stream())
     assert (reply.imported_count, reply.skipped_count) == (2, 0) and reply.checksum_verified

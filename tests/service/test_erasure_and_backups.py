@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf import json_format
 
 from clock import MovableClock
 from conftest import RunningServer, ServerFactory
-from memoryd.cli.backup import backup, restore
+from memoryd.cli.backup import BackupCorrupt, backup, restore
 from memoryd.cli.main import main
 from memoryd.v1 import memory_pb2 as pb
 from rpc import scope
@@ -214,6 +216,7 @@ async def test_backup_then_restore_brings_erased_memories_back_with_their_ids(
     assert lines[0]["memorydBackup"]["userId"] == user_id
     assert "header" in lines[1] and "trailer" in lines[-1]
     assert int(lines[-1]["trailer"]["itemCount"]) == 5 and lines[-1]["trailer"]["checksumSha256"]
+    assert lines[-1]["trailer"]["checksumFormat"] == "item-jcs-v1"
     assert {x["item"]["id"] for x in lines[2:-1]} == set(before)
 
     for tier in [LT, PE, EP, SD]:  # an ordinary prune of each tier, not an erasure
@@ -232,6 +235,61 @@ async def test_backup_then_restore_brings_erased_memories_back_with_their_ids(
         assert got == item  # content, episode, document, metadata, times, flags
     again = await restore(s.app.engine, s.app.backups, day="2024-01-15")
     assert (again.imported, again.skipped) == (0, 5)
+
+
+def rewrite_backup(path: Path, lines: list[dict[str, Any]]) -> None:
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(line) + "\n" for line in lines)
+
+
+async def backed_up_then_pruned(
+    s: RunningServer, clock: MovableClock, user_id: str, tmp_path: Path
+) -> tuple[Path, dict[str, pb.MemoryItem]]:
+    """A backup of a long-term memory and a persona fact, both then pruned."""
+    assert s.app.memory is not None and s.app.backups is not None
+    await add(s, scope(user_id), LT, "User prefers window seats", metadata={"src": "chat"})
+    await add(s, scope(user_id), PE, "Ana", key="name")
+    before = {i.id: i for i in await everything(s, user_id)}
+    await backup(s.app.engine, s.app.memory, s.app.backups, clock(), 30)
+    for tier in [LT, PE]:
+        await s.stub.Prune(
+            pb.PruneRequest(scope=scope(user_id), tiers=[tier], strategy=pb.PRUNE_STRATEGY_ALL)
+        )
+    path = tmp_path / "data" / "backups" / "2024-01-15" / "default" / f"{user_id}.jsonl.gz"
+    return path, before
+
+
+async def test_a_backup_written_with_the_legacy_checksum_still_restores(
+    start_server: ServerFactory, clock: MovableClock, user_id: str, tmp_path: Path
+) -> None:
+    s = await start_server(clock=clock)
+    path, before = await backed_up_then_pruned(s, clock, user_id, tmp_path)
+    lines = backup_lines(path)
+    # As older versions wrote it: no checksum_format, sha256 over Python's deterministic
+    # protobuf serialization of the items.
+    items = [json_format.ParseDict(x["item"], pb.MemoryItem()) for x in lines[2:-1]]
+    legacy = hashlib.sha256(b"".join(i.SerializeToString(deterministic=True) for i in items))
+    lines[-1]["trailer"] = {"itemCount": "2", "checksumSha256": legacy.hexdigest()}
+    rewrite_backup(path, lines)
+
+    restored = await restore(s.app.engine, s.app.backups, user_id=user_id)
+
+    assert (restored.imported, restored.skipped) == (2, 0)
+    assert {i.id: i for i in await everything(s, user_id)} == before
+
+
+async def test_a_damaged_backup_is_refused_and_nothing_is_restored(
+    start_server: ServerFactory, clock: MovableClock, user_id: str, tmp_path: Path
+) -> None:
+    s = await start_server(clock=clock)
+    path, _ = await backed_up_then_pruned(s, clock, user_id, tmp_path)
+    lines = backup_lines(path)
+    lines[2]["item"]["content"] = "User prefers aisle seats"
+    rewrite_backup(path, lines)
+
+    with pytest.raises(BackupCorrupt, match=r"trailer\.checksum_sha256"):
+        await restore(s.app.engine, s.app.backups, user_id=user_id)
+    assert await everything(s, user_id) == []
 
 
 async def test_backup_days_older_than_the_retention_are_deleted(

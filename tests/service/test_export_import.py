@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import pytest
 
 from conftest import RunningServer
+from memoryd.transport.export_stream import canonical_item
 from memoryd.v1 import memory_pb2 as pb
 from rpc import bad_request_fields, rpc_error, scope
 
@@ -47,25 +49,28 @@ async def export(s: RunningServer, user: str, tiers: Iterable[int] = ()) -> Expo
 
 
 def checksum(items: Iterable[pb.MemoryItem]) -> str:
+    """sha256 over the items' canonical forms (docs/reference/export-format.md)."""
+    return hashlib.sha256(b"".join(canonical_item(i) for i in items)).hexdigest()
+
+
+def legacy_checksum(items: Iterable[pb.MemoryItem]) -> str:
+    """What servers wrote before `checksum_format`: Python's deterministic serialization."""
     digest = hashlib.sha256()
     for item in items:
         digest.update(item.SerializeToString(deterministic=True))
     return digest.hexdigest()
 
 
-def stream(
-    user: str, dump: Export, checksum_sha256: str | None = None
-) -> Iterator[pb.ImportRequest]:
+def stream(user: str, dump: Export, **trailer: Any) -> Iterator[pb.ImportRequest]:
+    """The dump as an Import stream; `trailer` overrides fields of its trailer."""
     yield pb.ImportRequest(scope=scope(user), header=dump.header)
     for item in dump.items:
         yield pb.ImportRequest(item=item)
-    trailer = pb.ExportTrailer(
-        item_count=dump.trailer.item_count,
-        checksum_sha256=dump.trailer.checksum_sha256
-        if checksum_sha256 is None
-        else checksum_sha256,
-    )
-    yield pb.ImportRequest(trailer=trailer)
+    last = pb.ExportTrailer()
+    last.CopyFrom(dump.trailer)
+    for field, value in trailer.items():
+        setattr(last, field, value)
+    yield pb.ImportRequest(trailer=last)
 
 
 async def fill(s: RunningServer, user: str) -> None:
@@ -139,6 +144,7 @@ async def test_export_has_a_header_every_item_of_every_tier_and_a_trailer(
         pb.TIER_STRUCTURED: 0,
     }
     assert dump.header.total == len(dump.items) == dump.trailer.item_count == 10
+    assert dump.trailer.checksum_format == "item-jcs-v1"
     assert dump.trailer.checksum_sha256 == checksum(dump.items)
     [deleted] = [i for i in dump.items if i.deleted]
     assert deleted.content == "User lives in Lyon" and deleted.tier == pb.TIER_LONG_TERM
@@ -200,6 +206,38 @@ async def test_a_corrupted_checksum_is_refused_and_nothing_is_written(
     assert (await export(memoryd, user_id)).header.total == 0
 
 
+async def test_a_stream_with_the_legacy_checksum_still_imports(
+    memoryd: RunningServer, user_id: str
+) -> None:
+    """Exports and backups written before `checksum_format` carry none."""
+    await fill(memoryd, user_id)
+    dump = await export(memoryd, user_id)
+    await prune_everything(memoryd, user_id)
+    legacy = stream(user_id, dump, checksum_sha256=legacy_checksum(dump.items), checksum_format="")
+    reply = await memoryd.stub.Import(legacy)
+    assert (reply.imported_count, reply.checksum_verified) == (10, True)
+    assert (await export(memoryd, user_id)).by_id() == dump.by_id()
+
+
+async def test_a_checksum_read_in_another_format_than_written_fails(
+    memoryd: RunningServer, user_id: str
+) -> None:
+    await fill(memoryd, user_id)
+    dump = await export(memoryd, user_id)
+    err = await rpc_error(memoryd.stub.Import(stream(user_id, dump, checksum_format="")))
+    assert bad_request_fields(err) == ["trailer.checksum_sha256"]
+
+
+async def test_a_checksum_in_an_unknown_format_is_refused(
+    memoryd: RunningServer, user_id: str
+) -> None:
+    await fill(memoryd, user_id)
+    dump = await export(memoryd, user_id)
+    err = await rpc_error(memoryd.stub.Import(stream(user_id, dump, checksum_format="crc32")))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad_request_fields(err) == ["trailer.checksum_format"]
+
+
 async def test_an_item_changed_in_transit_fails_the_checksum(
     memoryd: RunningServer, user_id: str
 ) -> None:
@@ -223,9 +261,10 @@ async def test_an_item_of_a_tier_the_server_cannot_store_is_refused(
     items = [
         pb.MemoryItem(id="1f0e6a3c-0000-4000-8000-000000000001", tier=pb.TIER_ENTITY, content="x")
     ]
-    dump = Export(
-        pb.ExportHeader(), items, pb.ExportTrailer(item_count=1, checksum_sha256=checksum(items))
+    trailer = pb.ExportTrailer(
+        item_count=1, checksum_sha256=checksum(items), checksum_format="item-jcs-v1"
     )
+    dump = Export(pb.ExportHeader(), items, trailer)
     err = await rpc_error(memoryd.stub.Import(stream(user_id, dump)))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert bad_request_fields(err) == ["item.tier"]

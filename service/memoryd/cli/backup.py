@@ -1,36 +1,32 @@
 """`memoryd backup` and `memoryd restore`: per-user export files of the tiers the registry
 marks backed up (the durable ones: long-term, persona, episodic, structured), written and
-read through the engine's export and import paths,
-with the same item serialization as the Export RPC.
+read through the engine's export and import paths, in the export stream format of the
+Export RPC (transport.export_stream).
 
     <data_dir>/backups/<YYYY-MM-DD>/<tenant>/<user>.jsonl.gz
 
 A file holds JSON lines: a `memorydBackup` line (tenant, user, time), then Export
 responses in their protobuf JSON form: the header, every item, and the trailer (item
-count and the sha256 of the items' serialization, checked again on restore). Backup
+count and checksum, checked again on restore; docs/reference/export-format.md). Backup
 days older than `backup.retention_days` are deleted by each backup run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from google.protobuf import json_format
-from google.protobuf.message import Message
-
 from memoryd.core.engine import MemoryEngine
+from memoryd.core.errors import InvalidArgument
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import ExportQuery, MemoryRecord, Scope
 from memoryd.core.tiers.registry import backed_up_tiers
 from memoryd.stores.backup.port import BackupStore
-from memoryd.transport import convert
-from memoryd.v1 import memory_pb2 as pb
+from memoryd.transport import convert, export_stream
 
 FORMAT_VERSION = "1"
 _WRITE_BATCH = 256
@@ -62,10 +58,6 @@ def day_of(now: float) -> str:
     return datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%d")
 
 
-def _line(message: Message) -> str:
-    return json.dumps(json_format.MessageToDict(message), separators=(",", ":"))
-
-
 async def _backup_user(
     engine: MemoryEngine, store: BackupStore, day: str, scope: Scope, now: float
 ) -> int:
@@ -79,22 +71,18 @@ async def _backup_user(
             "createdAt": datetime.fromtimestamp(now, tz=UTC).isoformat(),
         }
     }
-    header = convert.export_header(scope.user_id, now, counts)
+    header = export_stream.header(scope.user_id, now, counts)
+    items = (convert.memory_item(r) async for r in engine.export_records(query))
     writer = await asyncio.to_thread(store.writer, day, scope.tenant, scope.user_id)
+    count = 0
     try:
-        lines = [json.dumps(meta, separators=(",", ":")), _line(pb.ExportResponse(header=header))]
-        digest = hashlib.sha256()
-        count = 0
-        async for record in engine.export_records(query):
-            item = convert.memory_item(record)
-            digest.update(item.SerializeToString(deterministic=True))
-            count += 1
-            lines.append(_line(pb.ExportResponse(item=item)))
+        lines = [json.dumps(meta, separators=(",", ":"))]
+        async for message in export_stream.frame(header, items):
+            lines.append(export_stream.to_json_line(message))
+            count = message.trailer.item_count  # the last message is the trailer
             if len(lines) >= _WRITE_BATCH:
                 await asyncio.to_thread(writer.write, lines)
                 lines = []
-        trailer = pb.ExportTrailer(item_count=count, checksum_sha256=digest.hexdigest())
-        lines.append(_line(pb.ExportResponse(trailer=trailer)))
         await asyncio.to_thread(writer.write, lines)
         await asyncio.to_thread(writer.commit)
     except BaseException:
@@ -134,22 +122,20 @@ async def backup(
 def _parse(lines: Sequence[str]) -> tuple[Scope, list[MemoryRecord]]:
     if not lines:
         raise BackupCorrupt("the file is empty")
+    # Backups are always written whole: a header first and a checksum in the trailer.
+    receiver = export_stream.Receiver(header_first=True, checksum_required=True)
     try:
         meta: dict[str, Any] = json.loads(lines[0])["memorydBackup"]
         scope = Scope(tenant=str(meta["tenant"]), user_id=str(meta["userId"]))
-        messages = [json_format.Parse(line, pb.ExportResponse()) for line in lines[1:]]
-    except (ValueError, KeyError, TypeError, json_format.ParseError) as exc:
+        messages = [export_stream.from_json_line(line) for line in lines[1:]]
+    except (ValueError, KeyError, TypeError) as exc:
         raise BackupCorrupt(f"unreadable: {exc}") from exc
-    kinds = [m.WhichOneof("payload") for m in messages]
-    if not kinds or kinds[0] != "header" or kinds[-1] != "trailer":
-        raise BackupCorrupt("incomplete: it must start with a header and end with a trailer")
-    items = [m.item for m in messages if m.WhichOneof("payload") == "item"]
-    trailer = messages[-1].trailer
-    digest = hashlib.sha256()
-    for item in items:
-        digest.update(item.SerializeToString(deterministic=True))
-    if trailer.item_count != len(items) or trailer.checksum_sha256 != digest.hexdigest():
-        raise BackupCorrupt("its items do not match its trailer's count and checksum")
+    try:
+        for message in messages:
+            receiver.add(message)
+        items = receiver.finish().items
+    except InvalidArgument as exc:
+        raise BackupCorrupt(f"incomplete or damaged: {exc}") from exc
     return scope, [convert.record_from_item(i) for i in items]
 
 

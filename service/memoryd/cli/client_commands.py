@@ -3,26 +3,26 @@ server, over gRPC. `main` adds them with `add_client_commands` and runs them wit
 `run_client_command`.
 
 An export file holds JSON lines, one `ExportResponse` each (header, items, trailer), as
-the server streamed them; `import` streams such a file back, so the trailer's checksum
-is verified by the server. Export and import show their progress on stderr (see
-`memoryd.cli.progress`); `-q` / `--no-progress` turns it off.
+the server streamed them (transport.export_stream, docs/reference/export-format.md);
+`import` streams such a file back, so the trailer's checksum is verified by the server.
+Export and import show their progress on stderr (see `memoryd.cli.progress`); `-q` /
+`--no-progress` turns it off.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
 import grpc
-from google.protobuf import json_format
 
 from memoryd.cli import progress
 from memoryd.cli.progress import Progress
 from memoryd.settings import load_settings
+from memoryd.transport import export_stream
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
 
@@ -165,7 +165,7 @@ def _write_export(stream: Iterable[pb.ExportResponse], out: TextIO, bar: Progres
     """Write the stream as JSON lines; the header's total is the bar's."""
     items = total = 0
     for message in stream:
-        out.write(json.dumps(json_format.MessageToDict(message), separators=(",", ":")))
+        out.write(export_stream.to_json_line(message))
         out.write("\n")
         kind = message.WhichOneof("payload")
         if kind == "header":
@@ -182,8 +182,8 @@ def _read_export(lines: TextIO, path: Path) -> Iterator[pb.ExportResponse]:
         if not line.strip():
             continue
         try:
-            yield json_format.ParseDict(json.loads(line), pb.ExportResponse())
-        except (ValueError, json_format.ParseError) as err:
+            yield export_stream.from_json_line(line)
+        except export_stream.NotAnExportLine as err:
             raise _Failed(f"{path}:{number}: not an export line: {err}") from err
 
 
@@ -201,21 +201,17 @@ def _import(stub: memory_pb2_grpc.MemoryServiceStub, args: argparse.Namespace) -
         total = 0  # the file's header says how many items follow
         try:
             for message in _read_export(lines, path):
-                request = pb.ImportRequest()
+                request = export_stream.import_request(message)
                 if first:
                     request.scope.CopyFrom(_scope(args))
                     first = False
                 kind = message.WhichOneof("payload")
                 if kind == "header":
-                    request.header.CopyFrom(message.header)
                     total = message.header.total
                     bar(sent, total)
                 elif kind == "item":
-                    request.item.CopyFrom(message.item)
                     sent += 1
                     bar(sent, total)
-                elif kind == "trailer":
-                    request.trailer.CopyFrom(message.trailer)
                 yield request
         except _Failed as err:
             problem = err

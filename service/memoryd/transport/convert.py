@@ -272,23 +272,6 @@ def export_query(req: pb.ExportRequest, principal: Principal) -> ExportQuery:
     )
 
 
-def export_header(user_id: str, exported_at: float, counts: dict[Tier, int]) -> pb.ExportHeader:
-    header = pb.ExportHeader(
-        user_id=user_id,
-        counts=[
-            pb.TierCount(tier=enum_to_proto(t), count=c)  # type: ignore[arg-type]
-            for t, c in counts.items()
-        ],
-        total=sum(counts.values()),
-        format_version=EXPORT_FORMAT_VERSION,
-    )
-    header.exported_at.CopyFrom(_timestamp(exported_at))
-    return header
-
-
-EXPORT_FORMAT_VERSION = "1"
-
-
 def record_from_item(item: pb.MemoryItem) -> MemoryRecord:
     """An imported item; its tier must be named. Field names are those of the item."""
     return MemoryRecord(

@@ -5,7 +5,6 @@ Domain errors propagate to the ErrorMapping interceptor, which maps them to stat
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,7 +13,7 @@ import grpc
 
 from memoryd.core.engine import MemoryEngine
 from memoryd.core.errors import InvalidArgument, Unimplemented
-from memoryd.transport import convert
+from memoryd.transport import convert, export_stream
 from memoryd.transport.interceptors import CallContext
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
@@ -52,66 +51,36 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def Export(  # type: ignore[override]
         self, request: pb.ExportRequest, context: Context
     ) -> AsyncIterator[pb.ExportResponse]:
-        """Header (counts), every item, trailer (count and sha256 of the items' serialization)."""
+        """Header (counts), every item, trailer (count and checksum); see export_stream."""
         query = convert.export_query(request, self._calls.principal())
         counts = await self._engine.export_counts(query)
-        yield pb.ExportResponse(
-            header=convert.export_header(query.scope.user_id, time.time(), counts)
-        )
-        digest = hashlib.sha256()
-        count = 0
-        async for record in self._engine.export_records(query):
-            item = convert.memory_item(record)
-            digest.update(item.SerializeToString(deterministic=True))
-            count += 1
-            yield pb.ExportResponse(item=item)
-        trailer = pb.ExportTrailer(item_count=count, checksum_sha256=digest.hexdigest())
-        yield pb.ExportResponse(trailer=trailer)
+        header = export_stream.header(query.scope.user_id, time.time(), counts)
+        items = (convert.memory_item(r) async for r in self._engine.export_records(query))
+        async for message in export_stream.frame(header, items):
+            yield message
 
     async def Import(  # type: ignore[override]
         self, request_iterator: AsyncIterator[pb.ImportRequest], context: Context
     ) -> pb.ImportResponse:
         """Receives the whole stream and checks it before anything is written."""
         principal = self._calls.principal()
-        limit = self._engine.max_import_items
+        receiver = export_stream.Receiver(max_items=self._engine.max_import_items)
         scope = None
-        trailer: pb.ExportTrailer | None = None
-        items: list[pb.MemoryItem] = []
-        digest = hashlib.sha256()
         async for message in request_iterator:
             if scope is None:
                 scope = convert.scope_from_proto(message.scope, principal)
                 self._engine.check_import_scope(scope)
-            if trailer is not None:
-                raise InvalidArgument.of("trailer", "must be the last message of the stream")
-            kind = message.WhichOneof("payload")
-            if kind == "item":
-                if len(items) >= limit:
-                    raise InvalidArgument.of("item", f"at most {limit:,} items per import")
-                digest.update(message.item.SerializeToString(deterministic=True))
-                items.append(message.item)
-            elif kind == "trailer":
-                trailer = message.trailer
             # The header is informative only: items belong to the importing user.
+            receiver.add(message)
         if scope is None:
             raise InvalidArgument.of("scope.user_id", "is required on the first message")
-        if trailer is None:
-            raise InvalidArgument.of("trailer", "is required: it ends a complete export")
-        if trailer.item_count != len(items):
-            raise InvalidArgument.of(
-                "trailer.item_count", f"says {trailer.item_count} items; {len(items)} arrived"
-            )
-        verified = bool(trailer.checksum_sha256)
-        if verified and trailer.checksum_sha256 != digest.hexdigest():
-            raise InvalidArgument.of(
-                "trailer.checksum_sha256", "does not match the items received; nothing was written"
-            )
-        records = [convert.record_from_item(item) for item in items]
+        received = receiver.finish()
+        records = [convert.record_from_item(item) for item in received.items]
         result = await self._engine.import_records(scope, records)
         return pb.ImportResponse(
             imported_count=result.imported_count,
             skipped_count=result.skipped_count,
-            checksum_verified=verified,
+            checksum_verified=received.verified,
         )
 
     async def Usage(self, request: pb.UsageRequest, context: Context) -> pb.UsageResponse:

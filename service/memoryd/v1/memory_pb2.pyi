@@ -972,18 +972,27 @@ class ExportTrailer(_message.Message):
 
     ITEM_COUNT_FIELD_NUMBER: _builtins.int
     CHECKSUM_SHA256_FIELD_NUMBER: _builtins.int
+    CHECKSUM_FORMAT_FIELD_NUMBER: _builtins.int
     item_count: _builtins.int
     checksum_sha256: _builtins.str
-    """sha256 over the items' deterministic serialization, in stream order."""
+    """Lowercase hex sha256 over the items in stream order, each in the form that
+    checksum_format names (docs/reference/export-format.md). Empty: not checked.
+    """
+    checksum_format: _builtins.str
+    """"item-jcs-v1": each item as RFC 8785 canonical JSON of its listed fields, then "\\n".
+    Empty (streams written before this field): each item's deterministic protobuf
+    serialization as Python's protobuf writes it; read, never written.
+    """
     def __init__(
         self,
         *,
         item_count: _builtins.int = ...,
         checksum_sha256: _builtins.str = ...,
+        checksum_format: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checksum_sha256", b"checksum_sha256", "item_count", b"item_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checksum_format", b"checksum_format", "checksum_sha256", b"checksum_sha256", "item_count", b"item_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
