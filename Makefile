@@ -40,6 +40,7 @@ eval: install
 
 gen: install
 	PYTHON=$(PY) bash scripts/gen_stubs.sh
+	PYTHONPATH=service $(PY) scripts/gen_reference.py
 
 lint: install
 	$(VENV)/bin/ruff check .
