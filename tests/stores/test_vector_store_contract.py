@@ -22,8 +22,6 @@ from typing import Any
 import pytest
 
 import memoryd
-from memoryd.settings import Settings
-from memoryd.stores import vectors as vector_adapters
 from memoryd.stores.vectors.edge_store import EdgeVectorStore
 from memoryd.stores.vectors.port import (
     Filter,
@@ -43,6 +41,7 @@ from memoryd.stores.vectors.port import (
     VectorStoreError,
     rrf_contribution,
 )
+from vector_stores import ADAPTERS, open_store
 
 DIM = 4
 TENANT = "acme"
@@ -75,18 +74,10 @@ def ids_of(points: Sequence[StoredPoint]) -> set[str]:
     return {p.id for p in points}
 
 
-ADAPTERS = sorted(vector_adapters.ADAPTERS)
-
-
 def make_store(
     kind: str, data_dir: Path, dim: int = DIM, *, persistent: bool = False
 ) -> VectorStore:
-    """Adapter ``kind`` opened through its registry entry. Embedded adapters keep their data
-    under ``data_dir``; qdrant-client runs in local mode, in memory unless ``persistent``."""
-    vectors: dict[str, Any] = {}
-    if kind == "qdrant":
-        vectors["qdrant_location"] = str(data_dir / "qdrant") if persistent else ":memory:"
-    return vector_adapters.ADAPTERS[kind](Settings(data_dir=data_dir, vectors=vectors), dim)
+    return open_store(kind, data_dir, dim, persistent=persistent)
 
 
 def copy_tree(src: Path, dst: Path) -> None:
