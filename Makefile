@@ -40,6 +40,7 @@ eval: install
 
 gen: install
 	PYTHON=$(PY) bash scripts/gen_stubs.sh
+	PYTHONPATH=service $(PY) scripts/gen_docs.py
 
 # The generated reference documents under docs/reference/ (a unit test fails when stale).
 docs: install

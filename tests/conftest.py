@@ -14,12 +14,11 @@ import redis.asyncio as aioredis
 
 from memoryd.app import App, build_app
 from memoryd.settings import Settings
+from memoryd.stores import hot
 from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.minilm import MiniLMEmbedder
 from memoryd.stores.embeddings.port import Embedder
-from memoryd.stores.hot.memory_store import InProcessHotStore
 from memoryd.stores.hot.port import HotStore
-from memoryd.stores.hot.redis_store import RedisHotStore
 from memoryd.transport.server import MemorydServer
 from memoryd.v1 import memory_pb2_grpc
 from redis_server import RedisServer
@@ -39,13 +38,13 @@ async def redis_client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redi
     await client.aclose()
 
 
-@pytest.fixture(params=["in_process", "redis"])
-async def hot_store(request: pytest.FixtureRequest) -> AsyncIterator[HotStore]:
-    store: HotStore
-    if request.param == "redis":
-        store = RedisHotStore(request.getfixturevalue("redis_server").url)
-    else:
-        store = InProcessHotStore()
+@pytest.fixture(params=sorted(hot.ADAPTERS))
+async def hot_store(
+    request: pytest.FixtureRequest, redis_server: RedisServer, tmp_path: Path
+) -> AsyncIterator[HotStore]:
+    """Every registered hot store adapter; each may use the private Redis."""
+    settings = Settings(data_dir=tmp_path, redis_url=redis_server.url)
+    store = hot.ADAPTERS[request.param](settings)
     yield store
     await store.close()
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-
-import redis.asyncio as aioredis
 
 from memoryd.core.engine import MemoryEngine
 from memoryd.core.lifecycle.cold_archive import ColdArchive
@@ -24,18 +21,18 @@ from memoryd.core.retrieval.token_budget import TokenCounter
 from memoryd.core.tiers.long_term import LongTermTier
 from memoryd.core.tiers.registry import TierDeps, build_tiers
 from memoryd.settings import Settings
+from memoryd.stores import embeddings as embedder_adapters
+from memoryd.stores import hot as hot_adapters
+from memoryd.stores import queue as queue_adapters
+from memoryd.stores import vectors as vector_adapters
 from memoryd.stores.archive.jsonl_store import JsonlArchiveStore
 from memoryd.stores.audit.jsonl_log import JsonlAuditLog
 from memoryd.stores.backup.file_store import FileBackupStore
 from memoryd.stores.backup.port import BackupStore
 from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
-from memoryd.stores.hot.memory_store import InProcessHotStore
 from memoryd.stores.hot.port import HotStore
-from memoryd.stores.hot.redis_store import RedisHotStore
-from memoryd.stores.queue.file_queue import FileQueue
 from memoryd.stores.queue.port import WriteBehindQueue
-from memoryd.stores.queue.redis_stream import RedisStreamQueue
 from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore
 
 log = logging.getLogger(__name__)
@@ -73,31 +70,17 @@ class App:
             await close()
 
 
+# Each store comes from its port package's adapter registry, by the name the settings give.
+
+
 def build_hot_store(settings: Settings) -> HotStore:
-    if settings.redis_url:
-        return RedisHotStore(settings.redis_url)
-    return InProcessHotStore()
+    return hot_adapters.ADAPTERS[hot_adapters.adapter_name(settings)](settings)
 
 
 def build_embedder(settings: Settings) -> Embedder:
     cfg = settings.embedder
-    inner: Embedder
-    if cfg.provider == "openai":
-        from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
-
-        inner = OpenAIEmbedder(
-            api_key=cfg.openai_api_key,
-            model=cfg.openai_model,
-            base_url=cfg.openai_base_url,
-            dimensions=cfg.openai_dimensions,
-            timeout_s=cfg.openai_timeout_seconds,
-        )
-    else:
-        from memoryd.stores.embeddings.minilm import MiniLMEmbedder
-
-        inner = MiniLMEmbedder()
     return CachedEmbedder(
-        inner,
+        embedder_adapters.ADAPTERS[embedder_adapters.adapter_name(settings)](settings),
         max_entries=cfg.cache_entries,
         redis_url=settings.redis_url,
         redis_ttl_s=cfg.cache_ttl_seconds,
@@ -105,22 +88,8 @@ def build_embedder(settings: Settings) -> Embedder:
 
 
 def open_vector_store(settings: Settings, dim: int) -> VectorStore:
-    cfg = settings.vectors
     try:
-        if cfg.backend == "qdrant":
-            from memoryd.stores.vectors.qdrant_server_store import QdrantServerVectorStore
-
-            return QdrantServerVectorStore(
-                url=cfg.qdrant_url,
-                api_key=cfg.qdrant_api_key,
-                prefer_grpc=cfg.qdrant_prefer_grpc,
-                collection=cfg.collection,
-                dim=dim,
-                location=cfg.qdrant_location,
-            )
-        from memoryd.stores.vectors.edge_store import EdgeVectorStore
-
-        return EdgeVectorStore(settings.data_dir / "vectors", dim=dim, collection=cfg.collection)
+        return vector_adapters.ADAPTERS[vector_adapters.adapter_name(settings)](settings, dim)
     except IncompatibleStoreError as exc:
         raise StartupRefused(
             f"the vector store cannot be used with embedder dimension {dim}: {exc}. "
@@ -160,10 +129,7 @@ def open_vectors(settings: Settings, embedder: Embedder) -> VectorStore:
 
 
 def build_queue(settings: Settings) -> WriteBehindQueue:
-    if settings.redis_url:
-        consumer = settings.instance_id or socket.gethostname()
-        return RedisStreamQueue(aioredis.Redis.from_url(settings.redis_url), consumer)
-    return FileQueue(settings.data_dir / "queue")
+    return queue_adapters.ADAPTERS[queue_adapters.adapter_name(settings)](settings)
 
 
 async def build_app(

@@ -1,14 +1,16 @@
-"""The write-behind queue contract: the journal file (embedded) and the Redis stream."""
+"""The write-behind queue contract: every registered adapter (the journal file, the Redis
+stream) behaves the same."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
+from memoryd.settings import Settings
+from memoryd.stores import queue as queues
 from memoryd.stores.queue.file_queue import FileQueue
 from memoryd.stores.queue.port import QueueDown, WriteBehindQueue
 from memoryd.stores.queue.redis_stream import RedisStreamQueue
@@ -17,29 +19,33 @@ from redis_server import RedisServer
 Opener = Callable[[], Awaitable[WriteBehindQueue]]
 
 
-@pytest.fixture(params=["file", "redis"])
-async def open_queue(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
+@pytest.fixture
+async def own_redis_database(redis_server: RedisServer) -> str:
+    """The URL of an emptied Redis database no other test writes to: the Redis queue's
+    stream has a fixed name, so tests sharing one database would see each other's
+    entries. Tests run one at a time, so emptying it first is enough."""
+    url = redis_server.url.rsplit("/", 1)[0] + "/1"
+    client = aioredis.Redis.from_url(url)
+    await client.flushdb()
+    await client.aclose()
+    return url
+
+
+@pytest.fixture(params=sorted(queues.ADAPTERS))
+async def open_queue(
+    request: pytest.FixtureRequest, tmp_path: Path, own_redis_database: str
+) -> AsyncIterator[Opener]:
     """Opens the same queue again on each call, as a restarted server would."""
+    settings = Settings(data_dir=tmp_path, redis_url=own_redis_database, instance_id="replica-1")
     opened: list[WriteBehindQueue] = []
-    clients: list[aioredis.Redis] = []
-    stream = f"test:wb:{uuid.uuid4().hex}"
 
     async def open_() -> WriteBehindQueue:
-        queue: WriteBehindQueue
-        if request.param == "redis":
-            client = aioredis.Redis.from_url(request.getfixturevalue("redis_server").url)
-            clients.append(client)
-            queue = RedisStreamQueue(client, consumer="replica-1", stream=stream)
-        else:
-            queue = FileQueue(tmp_path / "queue")
-        opened.append(queue)
-        return queue
+        opened.append(queues.ADAPTERS[request.param](settings))
+        return opened[-1]
 
     yield open_
     for queue in opened:
         await queue.close()
-    for client in clients:
-        await client.aclose()
 
 
 async def test_entries_come_out_in_order_and_leave_when_acked(open_queue: Opener) -> None:

@@ -1,8 +1,8 @@
 """The vector store contract: every adapter (qdrant-edge, qdrant-client) behaves the same.
 
-Each test runs against the embedded qdrant-edge shard and against qdrant-client (local
-mode, which stands in for a Qdrant server here). Vectors are tiny and hand-made so the
-expected rankings can be worked out on paper.
+Each test runs against every registered adapter: the embedded qdrant-edge shard and
+qdrant-client (local mode, which stands in for a Qdrant server here). Vectors are tiny and
+hand-made so the expected rankings can be worked out on paper.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from memoryd.stores.vectors.port import (
     VectorStoreError,
     rrf_contribution,
 )
-from memoryd.stores.vectors.qdrant_server_store import QdrantServerVectorStore
+from vector_stores import ADAPTERS, open_store
 
 DIM = 4
 TENANT = "acme"
@@ -74,13 +74,10 @@ def ids_of(points: Sequence[StoredPoint]) -> set[str]:
     return {p.id for p in points}
 
 
-@pytest.fixture(scope="session")
-def empty_edge_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A freshly created, empty edge store to copy: creating the payload indexes costs
-    about half a second per shard, which would dominate this suite."""
-    root = tmp_path_factory.mktemp("edge-template")
-    EdgeVectorStore(root, dim=DIM).close()
-    return root
+def make_store(
+    kind: str, data_dir: Path, dim: int = DIM, *, persistent: bool = False
+) -> VectorStore:
+    return open_store(kind, data_dir, dim, persistent=persistent)
 
 
 def copy_tree(src: Path, dst: Path) -> None:
@@ -88,37 +85,39 @@ def copy_tree(src: Path, dst: Path) -> None:
     subprocess.run(["cp", "-a", "--sparse=always", str(src), str(dst)], check=True)
 
 
-def make_store(kind: str, where: Path, dim: int = DIM) -> VectorStore:
-    if kind == "edge":
-        return EdgeVectorStore(where / "vectors", dim=dim)
-    if kind == "qdrant_memory":
-        return QdrantServerVectorStore(location=":memory:", dim=dim)
-    if kind == "qdrant_path":
-        return QdrantServerVectorStore(path=str(where / "qdrant"), dim=dim)
-    raise AssertionError(kind)
+@pytest.fixture(scope="session")
+def empty_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """Per adapter, a data directory holding a freshly created empty store, to copy:
+    creating edge's payload indexes costs about half a second per shard, which would
+    dominate this suite."""
+    made: dict[str, Path] = {}
+
+    def template(kind: str) -> Path:
+        if kind not in made:
+            made[kind] = tmp_path_factory.mktemp(f"empty-{kind}")
+            make_store(kind, made[kind]).close()
+        return made[kind]
+
+    return template
 
 
-@pytest.fixture(params=["edge", "qdrant_memory"])
+@pytest.fixture(params=ADAPTERS)
 def store(
-    request: pytest.FixtureRequest, tmp_path: Path, empty_edge_template: Path
+    request: pytest.FixtureRequest, tmp_path: Path, empty_data_dir: Callable[[str], Path]
 ) -> Iterator[VectorStore]:
-    opened: VectorStore
-    if request.param == "edge":
-        copy_tree(empty_edge_template, tmp_path / "vectors")
-        opened = EdgeVectorStore(tmp_path / "vectors", dim=DIM)
-    else:
-        opened = make_store(request.param, tmp_path)
+    copy_tree(empty_data_dir(request.param), tmp_path / "data")
+    opened = make_store(request.param, tmp_path / "data")
     yield opened
     opened.close()
 
 
-@pytest.fixture(params=["edge", "qdrant_path"])
+@pytest.fixture(params=ADAPTERS)
 def reopen(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., VectorStore]]:
     """Opens a store on the same directory each time it is called (persistent adapters)."""
     opened: list[VectorStore] = []
 
     def open_store(dim: int = DIM) -> VectorStore:
-        opened.append(make_store(request.param, tmp_path, dim))
+        opened.append(make_store(request.param, tmp_path, dim, persistent=True))
         return opened[-1]
 
     yield open_store

@@ -36,3 +36,9 @@ def test_every_rpc_is_documented_with_its_purpose() -> None:
     text = (ROOT / "docs" / "reference" / "rpcs.md").read_text()
     for row in [line for line in text.splitlines() if line.startswith("| `")]:
         assert not row.rstrip().endswith("|  |"), row
+
+
+def test_errors_reference_lists_every_reason() -> None:
+    text = (ROOT / "docs" / "reference" / "errors.md").read_text(encoding="utf-8")
+    for reason in ("INVALID_ARGUMENT", "QUOTA_EXCEEDED", "STORE_UNAVAILABLE", "UNIMPLEMENTED"):
+        assert f"| `{reason}` |" in text

@@ -1,4 +1,7 @@
-"""Domain errors. The transport maps each to one gRPC status (transport/status_map.py)."""
+"""Domain errors. The transport maps each to one gRPC status (transport/status_map.py).
+
+The first paragraph of each class's docstring is its "when" in docs/reference/errors.md.
+"""
 
 from __future__ import annotations
 
@@ -37,14 +40,6 @@ class QuotaExceeded(MemorydError):
         super().__init__(message)
 
 
-class NotFound(MemorydError):
-    pass
-
-
-class FailedPrecondition(MemorydError):
-    pass
-
-
 class StoreUnavailable(MemorydError):
     """A store cannot be reached; the request may be retried later."""
 
@@ -55,5 +50,8 @@ class StoreUnavailable(MemorydError):
 
 
 class Unimplemented(MemorydError):
+    """The RPC, tier or option is not available in this server (a later version, or not
+    configured)."""
+
     def __init__(self, what: str) -> None:
         super().__init__(f"{what} is not implemented yet in this version of memoryd")

@@ -1,97 +1,183 @@
-"""The one table from domain errors to gRPC status codes, with google.rpc rich details."""
+"""The one table from domain errors to gRPC statuses, with google.rpc rich details.
+
+Each row names a domain error (core/errors.py), its gRPC status code, the stable
+`google.rpc.ErrorInfo.reason` clients switch on, the rich detail built from the error (if
+any) and the error's attributes sent as `ErrorInfo.metadata`. Every status carries the
+error's message and ends with the `ErrorInfo`. docs/reference/errors.md is rendered from
+this table (`reference_markdown`, written by scripts/gen_docs.py).
+"""
 
 from __future__ import annotations
 
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
 import grpc
 from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from memoryd.core.errors import (
-    FailedPrecondition,
     InvalidArgument,
     MemorydError,
-    NotFound,
     QuotaExceeded,
     StoreUnavailable,
     Unimplemented,
 )
 
 ERROR_DOMAIN = "memoryd"
+INTERNAL_MESSAGE = "internal error; see server logs"
 
-STATUS_OF: dict[type[MemorydError], grpc.StatusCode] = {
-    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
-    QuotaExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    NotFound: grpc.StatusCode.NOT_FOUND,
-    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
-    StoreUnavailable: grpc.StatusCode.UNAVAILABLE,
-    Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
-}
-
-_REASON_OF: dict[type[MemorydError], str] = {
-    InvalidArgument: "INVALID_ARGUMENT",
-    QuotaExceeded: "QUOTA_EXCEEDED",
-    NotFound: "NOT_FOUND",
-    FailedPrecondition: "FAILED_PRECONDITION",
-    StoreUnavailable: "STORE_UNAVAILABLE",
-    Unimplemented: "UNIMPLEMENTED",
-}
+E = TypeVar("E", bound=MemorydError)
 
 
-def _packed(message: object) -> any_pb2.Any:
+def _bad_request(exc: InvalidArgument) -> error_details_pb2.BadRequest:
+    """one field violation per bad field"""
+    return error_details_pb2.BadRequest(
+        field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+            for v in exc.violations
+        ]
+    )
+
+
+def _quota_failure(exc: QuotaExceeded) -> error_details_pb2.QuotaFailure:
+    """one violation: the full scope (e.g. `long_term:<user>`) and the message"""
+    return error_details_pb2.QuotaFailure(
+        violations=[
+            error_details_pb2.QuotaFailure.Violation(subject=exc.subject, description=str(exc))
+        ]
+    )
+
+
+def _retry_info(exc: StoreUnavailable) -> error_details_pb2.RetryInfo:
+    """how long to wait before retrying"""
+    delay = duration_pb2.Duration()
+    delay.FromNanoseconds(int(exc.retry_after_s * 1e9))
+    return error_details_pb2.RetryInfo(retry_delay=delay)
+
+
+@dataclass(frozen=True)
+class ErrorRow(Generic[E]):
+    """How one domain error reaches the client."""
+
+    error: type[E]
+    code: grpc.StatusCode
+    reason: str  # ErrorInfo.reason: stable, clients may switch on it
+    detail: Callable[[E], Message] | None = None  # sent before the ErrorInfo
+    info: tuple[str, ...] = ()  # attributes of the error sent as ErrorInfo.metadata
+
+    def status(self, exc: E) -> status_pb2.Status:
+        details = [] if self.detail is None else [_packed(self.detail(exc))]
+        metadata = {name: str(getattr(exc, name)) for name in self.info}
+        info = error_details_pb2.ErrorInfo(
+            reason=self.reason, domain=ERROR_DOMAIN, metadata=metadata
+        )
+        details.append(_packed(info))
+        return status_pb2.Status(code=self.code.value[0], message=str(exc), details=details)
+
+    def detail_type(self) -> type[Message] | None:
+        """The message type `detail` builds, read from its return annotation."""
+        if self.detail is None:
+            return None
+        built: type[Message] = typing.get_type_hints(self.detail)["return"]
+        return built
+
+
+ERROR_TABLE: tuple[ErrorRow[Any], ...] = (
+    ErrorRow(InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", _bad_request),
+    ErrorRow(
+        QuotaExceeded,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "QUOTA_EXCEEDED",
+        _quota_failure,
+        info=("limit_name", "limit"),
+    ),
+    ErrorRow(
+        StoreUnavailable,
+        grpc.StatusCode.UNAVAILABLE,
+        "STORE_UNAVAILABLE",
+        _retry_info,
+        info=("store",),
+    ),
+    ErrorRow(Unimplemented, grpc.StatusCode.UNIMPLEMENTED, "UNIMPLEMENTED"),
+)
+
+_ROW_OF: dict[type, ErrorRow[Any]] = {row.error: row for row in ERROR_TABLE}
+# A MemorydError subclass without a row (a bug: tests require a row for each).
+_UNMAPPED: ErrorRow[MemorydError] = ErrorRow(MemorydError, grpc.StatusCode.INTERNAL, "INTERNAL")
+
+
+def _packed(message: Message) -> any_pb2.Any:
     packed = any_pb2.Any()
-    packed.Pack(message)  # type: ignore[arg-type]
+    packed.Pack(message)
     return packed
 
 
-def status_code_of(exc: MemorydError) -> grpc.StatusCode:
-    for cls in type(exc).__mro__:
-        if cls in STATUS_OF:
-            return STATUS_OF[cls]  # type: ignore[index]
-    return grpc.StatusCode.INTERNAL
+def row_of(exc: MemorydError) -> ErrorRow[Any]:
+    """The row of ``exc``'s class, or of its nearest mapped base class."""
+    return next((_ROW_OF[c] for c in type(exc).__mro__ if c in _ROW_OF), _UNMAPPED)
 
 
 def to_rpc_status(exc: MemorydError) -> status_pb2.Status:
     """A google.rpc.Status with the details a client needs to act on the error."""
-    code = status_code_of(exc)
-    details: list[any_pb2.Any] = []
-    metadata: dict[str, str] = {}
-    if isinstance(exc, InvalidArgument):
-        details.append(
-            _packed(
-                error_details_pb2.BadRequest(
-                    field_violations=[
-                        error_details_pb2.BadRequest.FieldViolation(
-                            field=v.field, description=v.description
-                        )
-                        for v in exc.violations
-                    ]
-                )
-            )
-        )
-    elif isinstance(exc, QuotaExceeded):
-        details.append(
-            _packed(
-                error_details_pb2.QuotaFailure(
-                    violations=[
-                        error_details_pb2.QuotaFailure.Violation(
-                            subject=exc.subject, description=str(exc)
-                        )
-                    ]
-                )
-            )
-        )
-        metadata = {"limit_name": exc.limit_name, "limit": str(exc.limit)}
-    elif isinstance(exc, StoreUnavailable):
-        delay = duration_pb2.Duration()
-        delay.FromNanoseconds(int(exc.retry_after_s * 1e9))
-        details.append(_packed(error_details_pb2.RetryInfo(retry_delay=delay)))
-        metadata = {"store": exc.store}
-    reason = next((_REASON_OF[c] for c in type(exc).__mro__ if c in _REASON_OF), "INTERNAL")
-    details.append(
-        _packed(error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN, metadata=metadata))
-    )
-    return status_pb2.Status(code=code.value[0], message=str(exc), details=details)
+    return row_of(exc).status(exc)
 
 
 def internal_status() -> status_pb2.Status:
-    return status_pb2.Status(code=code_pb2.INTERNAL, message="internal error; see server logs")
+    """Any failure that is not a domain error: no details, nothing of the cause leaks."""
+    return status_pb2.Status(code=code_pb2.INTERNAL, message=INTERNAL_MESSAGE)
+
+
+# --------------------------------------------------------------------------- reference
+
+
+def _summary(documented: object) -> str:
+    """The first paragraph of a docstring, on one line."""
+    doc = inspect.cleandoc(getattr(documented, "__doc__", None) or "")
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
+def _details_cell(row: ErrorRow[Any]) -> str:
+    built = row.detail_type()
+    cells = []
+    if built is not None and row.detail is not None:
+        cells.append(f"`{built.DESCRIPTOR.full_name}`: {_summary(row.detail)}")
+    cells.append(f"`{error_details_pb2.ErrorInfo.DESCRIPTOR.full_name}`")
+    return ", then ".join(cells)
+
+
+def reference_markdown() -> str:
+    """docs/reference/errors.md, rendered from `ERROR_TABLE`."""
+    lines = [
+        "# Errors",
+        "",
+        "<!-- Generated from memoryd/transport/status_map.py by scripts/gen_docs.py;",
+        "     do not edit by hand. -->",
+        "",
+        "A call refused on purpose ends with one of the statuses below. Its",
+        "`grpc-status-details-bin` trailer holds a `google.rpc.Status` with the same code and",
+        "message and the details listed, in that order. The last detail is always a",
+        f"`google.rpc.ErrorInfo` with domain `{ERROR_DOMAIN}`, a stable `reason` and the",
+        "`metadata` keys listed.",
+        "",
+        "| domain error | gRPC status | `ErrorInfo.reason` | details | `ErrorInfo.metadata` "
+        "| when |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in ERROR_TABLE:
+        metadata = ", ".join(f"`{name}`" for name in row.info) or "none"
+        lines.append(
+            f"| `{row.error.__name__}` | `{row.code.name}` | `{row.reason}` "
+            f"| {_details_cell(row)} | {metadata} | {_summary(row.error)} |"
+        )
+    lines += [
+        "",
+        f"Any other failure ends with `{grpc.StatusCode.INTERNAL.name}` and the message",
+        f'"{INTERNAL_MESSAGE}", without details; the cause is only in the server log.',
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,31 +1,70 @@
 """Embeddings: the ``Embedder`` port and its adapters (local MiniLM, OpenAI-compatible
 API) plus a caching decorator.
 
-Adapters are imported lazily (PEP 562) so that importing the port does not pull in
-torch, openai or redis.
+`ADAPTERS` names every adapter; the settings choose one (`embedder.provider`). Adapters
+are imported lazily (in the factories, and PEP 562 for the names below) so that importing
+the port does not pull in torch, openai or redis. A new adapter is its module plus one
+line in `ADAPTERS` (and its name in `EmbedderSettings.provider`).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
 
 if TYPE_CHECKING:
+    from memoryd.settings import Settings
     from memoryd.stores.embeddings.cache import CachedEmbedder, CacheStats
     from memoryd.stores.embeddings.minilm import MiniLMEmbedder
     from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
 
 __all__ = [
+    "ADAPTERS",
     "CacheStats",
     "CachedEmbedder",
     "Embedder",
     "EmbedderUnavailable",
     "MiniLMEmbedder",
     "OpenAIEmbedder",
+    "adapter_name",
 ]
+
+# The uncached embedder; the composition root wraps it in `CachedEmbedder`.
+EmbedderFactory: TypeAlias = "Callable[[Settings], Embedder]"
+
+
+def _minilm(settings: Settings) -> Embedder:
+    from memoryd.stores.embeddings.minilm import MiniLMEmbedder
+
+    return MiniLMEmbedder()
+
+
+def _openai(settings: Settings) -> Embedder:
+    from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
+
+    cfg = settings.embedder
+    return OpenAIEmbedder(
+        api_key=cfg.openai_api_key,
+        model=cfg.openai_model,
+        base_url=cfg.openai_base_url,
+        dimensions=cfg.openai_dimensions,
+        timeout_s=cfg.openai_timeout_seconds,
+    )
+
+
+ADAPTERS: dict[str, EmbedderFactory] = {
+    "minilm": _minilm,
+    "openai": _openai,
+}
+
+
+def adapter_name(settings: Settings) -> str:
+    return settings.embedder.provider
+
 
 # Read-only: which module defines each lazily exported name.
 _LAZY = MappingProxyType(

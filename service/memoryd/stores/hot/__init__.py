@@ -1,0 +1,42 @@
+"""Hot store: the `HotStore` port (port.py) and one module per adapter.
+
+`ADAPTERS` names every adapter; `adapter_name` reads which one the settings choose. Each
+factory imports its module when called, so importing the port loads no client library.
+A new adapter is its module plus one line in `ADAPTERS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from memoryd.settings import Settings
+    from memoryd.stores.hot.port import HotStore
+
+HotStoreFactory: TypeAlias = "Callable[[Settings], HotStore]"
+
+
+def _in_process(settings: Settings) -> HotStore:
+    from memoryd.stores.hot.memory_store import InProcessHotStore
+
+    return InProcessHotStore()
+
+
+def _redis(settings: Settings) -> HotStore:
+    from memoryd.stores.hot.redis_store import RedisHotStore
+
+    if not settings.redis_url:
+        raise ValueError("the redis hot store needs redis_url")
+    return RedisHotStore(settings.redis_url)
+
+
+ADAPTERS: dict[str, HotStoreFactory] = {
+    "in_process": _in_process,
+    "redis": _redis,
+}
+
+
+def adapter_name(settings: Settings) -> str:
+    """Redis when a URL is configured, else the server's own memory."""
+    return "redis" if settings.redis_url else "in_process"

@@ -1,0 +1,45 @@
+"""Write-behind queue: the `WriteBehindQueue` port (port.py) and one module per adapter.
+
+`ADAPTERS` names every adapter; `adapter_name` reads which one the settings choose. Each
+factory imports its module when called. A new adapter is its module plus one line in
+`ADAPTERS`.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from memoryd.settings import Settings
+    from memoryd.stores.queue.port import WriteBehindQueue
+
+QueueFactory: TypeAlias = "Callable[[Settings], WriteBehindQueue]"
+
+
+def _file(settings: Settings) -> WriteBehindQueue:
+    from memoryd.stores.queue.file_queue import FileQueue
+
+    return FileQueue(settings.data_dir / "queue")
+
+
+def _redis(settings: Settings) -> WriteBehindQueue:
+    from memoryd.stores.queue.redis_stream import RedisStreamQueue
+
+    if not settings.redis_url:
+        raise ValueError("the redis write-behind queue needs redis_url")
+    # A stable consumer name: after a restart the replica first gets back what it had taken.
+    consumer = settings.instance_id or socket.gethostname()
+    return RedisStreamQueue.from_url(settings.redis_url, consumer)
+
+
+ADAPTERS: dict[str, QueueFactory] = {
+    "file": _file,
+    "redis": _redis,
+}
+
+
+def adapter_name(settings: Settings) -> str:
+    """The Redis stream when a URL is configured, else a journal under the data directory."""
+    return "redis" if settings.redis_url else "file"

@@ -36,6 +36,14 @@ class RedisStreamQueue:
         self._claim_idle_ms = claim_idle_ms
         self._group_ready = False
         self._backlog_done = False
+        self._owns_client = False
+
+    @classmethod
+    def from_url(cls, url: str, consumer: str) -> RedisStreamQueue:
+        """A queue on its own client, closed with the queue."""
+        queue = cls(aioredis.Redis.from_url(url), consumer)
+        queue._owns_client = True
+        return queue
 
     async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
         try:
@@ -105,7 +113,9 @@ class RedisStreamQueue:
         return int(info["pending"]) + undelivered
 
     async def close(self) -> None:
-        return None
+        if self._owns_client:
+            self._owns_client = False  # closing twice is harmless
+            await self._redis.aclose()
 
 
 def _text(value: bytes | str) -> str:

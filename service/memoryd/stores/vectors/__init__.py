@@ -1,83 +1,54 @@
-"""Vector store port and its two adapters (qdrant-edge in-process, qdrant-client server).
+"""Vector store: the `VectorStore` port (port.py) and one module per adapter.
 
-The port types are imported eagerly; each adapter is imported on first use so that code
-needing only the port does not load both engines.
+`ADAPTERS` names every adapter; the settings choose one (`vectors.backend`). Each factory
+imports its module when called, so code needing only the port does not load either
+engine. A new adapter is its module plus one line in `ADAPTERS` (and its name in
+`VectorSettings.backend`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from memoryd.stores.vectors.port import (
-    DENSE_VECTOR,
-    ORDERABLE_FIELDS,
-    PAYLOAD_INDEXES,
-    SPARSE_VECTOR,
-    Condition,
-    Filter,
-    HasId,
-    IncompatibleStoreError,
-    IndexKind,
-    IsEmpty,
-    IsNull,
-    MatchAny,
-    MatchValue,
-    Range,
-    RrfParams,
-    ScoredPoint,
-    SparseVector,
-    StoreClosedError,
-    StoredPoint,
-    VectorPoint,
-    VectorStore,
-    VectorStoreError,
-    VectorStoreUnavailable,
-    canonical_id,
-    rrf_contribution,
-)
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
+    from memoryd.settings import Settings
+    from memoryd.stores.vectors.port import VectorStore
+
+# (settings, dimension of the configured embedder) -> an open store.
+VectorStoreFactory: TypeAlias = "Callable[[Settings, int], VectorStore]"
+
+
+def _edge(settings: Settings, dim: int) -> VectorStore:
     from memoryd.stores.vectors.edge_store import EdgeVectorStore
+
+    return EdgeVectorStore(
+        settings.data_dir / "vectors", dim=dim, collection=settings.vectors.collection
+    )
+
+
+def _qdrant(settings: Settings, dim: int) -> VectorStore:
     from memoryd.stores.vectors.qdrant_server_store import QdrantServerVectorStore
 
-__all__ = [
-    "DENSE_VECTOR",
-    "ORDERABLE_FIELDS",
-    "PAYLOAD_INDEXES",
-    "SPARSE_VECTOR",
-    "Condition",
-    "EdgeVectorStore",
-    "Filter",
-    "HasId",
-    "IncompatibleStoreError",
-    "IndexKind",
-    "IsEmpty",
-    "IsNull",
-    "MatchAny",
-    "MatchValue",
-    "QdrantServerVectorStore",
-    "Range",
-    "RrfParams",
-    "ScoredPoint",
-    "SparseVector",
-    "StoreClosedError",
-    "StoredPoint",
-    "VectorPoint",
-    "VectorStore",
-    "VectorStoreError",
-    "VectorStoreUnavailable",
-    "canonical_id",
-    "rrf_contribution",
-]
+    cfg = settings.vectors
+    # qdrant-client reads any `location` but ':memory:' as a URL: a path is local mode.
+    in_memory = cfg.qdrant_location == ":memory:"
+    return QdrantServerVectorStore(
+        url=cfg.qdrant_url,
+        api_key=cfg.qdrant_api_key,
+        prefer_grpc=cfg.qdrant_prefer_grpc,
+        collection=cfg.collection,
+        dim=dim,
+        location=cfg.qdrant_location if in_memory else None,
+        path=None if in_memory else cfg.qdrant_location,
+    )
 
 
-def __getattr__(name: str) -> Any:
-    if name == "EdgeVectorStore":
-        from memoryd.stores.vectors.edge_store import EdgeVectorStore
+ADAPTERS: dict[str, VectorStoreFactory] = {
+    "edge": _edge,
+    "qdrant": _qdrant,
+}
 
-        return EdgeVectorStore
-    if name == "QdrantServerVectorStore":
-        from memoryd.stores.vectors.qdrant_server_store import QdrantServerVectorStore
 
-        return QdrantServerVectorStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def adapter_name(settings: Settings) -> str:
+    return settings.vectors.backend
