@@ -17,6 +17,7 @@ from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.lifecycle.write_behind import ConversationCopier
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import MemoryRecord, Scope, Tier
+from memoryd.core.retrieval import bm25
 from memoryd.core.retrieval.token_budget import TokenCounter
 from memoryd.core.tiers.long_term import LongTermTier
 from memoryd.core.tiers.registry import TierDeps, build_tiers
@@ -98,12 +99,13 @@ def open_vector_store(settings: Settings, dim: int) -> VectorStore:
 
 
 def check_embedder_matches(store: VectorStore, embedder: Embedder) -> None:
-    """Vectors of different embedders must never be compared: refuse a store built with
-    another one, and record ours in a new store."""
+    """Vectors of different embedders (or sparse encoders) must never be compared: refuse
+    a store built with another one, and record ours in a new store."""
     meta = store.read_meta() or {}
     built_with = meta.get("embedder")
+    ours = {"embedder": embedder.name, "dim": embedder.dim, "sparse": bm25.ENCODER_NAME}
     if built_with is None:
-        store.write_meta({**meta, "embedder": embedder.name, "dim": embedder.dim})
+        store.write_meta({**meta, **ours})
         return
     if built_with != embedder.name or meta.get("dim") != embedder.dim:
         raise StartupRefused(
@@ -111,6 +113,18 @@ def check_embedder_matches(store: VectorStore, embedder: Embedder) -> None:
             f"{meta.get('dim')}), but the configured embedder is {embedder.name!r} (dimension "
             f"{embedder.dim}). Configure the original embedder, or run `memoryd reindex` to "
             "re-embed every memory with the new one."
+        )
+    if meta.get("sparse") != bm25.ENCODER_NAME:
+        if store.count() == 0:  # nothing was encoded yet: just record our encoder
+            store.write_meta({**meta, **ours})
+            return
+        # Stores written before the sparse encoder was recorded hashed their own terms.
+        written_by = meta.get("sparse", "memoryd's earlier hand-written BM25 encoder")
+        raise StartupRefused(
+            f"the vector store's keyword (BM25) vectors were written by {written_by}, but "
+            f"this memoryd encodes them with {bm25.ENCODER_NAME}: keyword search would miss "
+            "every stored memory. Run `memoryd reindex` to re-encode them (a Qdrant server "
+            "collection: export it with the memoryd that wrote it, import into a new one)."
         )
 
 

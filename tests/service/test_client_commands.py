@@ -229,30 +229,31 @@ def render(tty: bool, reports: list[tuple[float, int, int]], summary: str | None
 def test_on_a_terminal_a_bar_is_redrawn_in_place_with_count_percent_rate_and_eta() -> None:
     text = render(True, [(0.0, 0, 1000), (1.0, 100, 1000), (2.0, 500, 1000), (4.0, 1000, 1000)])
     frames = text.split("\r")[1:]
-    assert len(frames) == 5  # four frames, then the final line over the last one
-    assert "  0% |" in frames[0] and "0/1,000 items" in frames[0] and "<?, ? items/s]" in frames[0]
+    # four frames, a blank one erasing the bar, then the final line in its place
+    assert len(frames) == 6
+    assert frames[0].startswith("export:   0%|") and "| 0/1000 [00:00<?, ?items/s]" in frames[0]
     half = frames[2]
-    assert " 50% |" in half and "500/1,000 items" in half
-    assert "[0:02<0:02, 250 items/s]" in half  # 500 items in 2 s: 250/s, 500 left: 2 s
+    assert half.startswith("export:  50%|") and "| 500/1000 " in half
+    assert "[00:02<00:02, 250.00items/s]" in half  # 500 items in 2 s: 250/s, 500 left: 2 s
     bar = half.split("|")[1]
     assert bar.count("#") == len(bar) // 2
-    assert "100% |" in frames[3] and "1,000/1,000 items" in frames[3]
-    assert len({len(f.split("|")[1]) for f in frames[:4]}) == 1  # the bar keeps its width
-    assert frames[4].rstrip() == "export: 1,000/1,000 items [0:04, 250 items/s]"
-    assert frames[4].endswith("\n") and len(frames[4]) - 1 >= len(frames[3])  # covers it
-    assert all(len(f.rstrip("\n")) < 100 for f in frames)  # never wraps the terminal
+    assert frames[3].startswith("export: 100%|") and "| 1000/1000 " in frames[3]
+    assert {len(f) for f in frames[:4]} == {100}  # the bar fills what the numbers leave
+    assert frames[4].strip() == ""
+    assert frames[5] == "export: 1,000/1,000 items [00:04, 250 items/s]\n"
 
 
 def test_on_a_terminal_frames_are_throttled_but_the_final_line_is_not() -> None:
     reports = [(0.0, i, 1000) for i in range(1000)]  # a thousand reports in no time
     text = render(True, reports, summary="exported 1,000 items")
-    assert text.count("\r") == 2  # one frame, one final line
-    assert text.split("\r")[-1].rstrip() == "exported 1,000 items [0:00]"
+    frames = text.split("\r")[1:]
+    assert len(frames) == 3  # one frame, the erasing blank, the final line
+    assert frames[-1] == "exported 1,000 items [00:00]\n"
 
 
 def test_off_a_terminal_a_short_job_prints_only_its_final_line() -> None:
     text = render(False, [(0.0, 0, 4), (0.1, 2, 4), (0.2, 4, 4)], summary="exported 4 items")
-    assert text == "exported 4 items [0:00, 20 items/s]\n"
+    assert text == "exported 4 items [00:00, 20 items/s]\n"
 
 
 def test_off_a_terminal_a_long_job_prints_a_few_plain_lines() -> None:
@@ -260,23 +261,25 @@ def test_off_a_terminal_a_long_job_prints_a_few_plain_lines() -> None:
     lines = render(False, reports).splitlines(keepends=True)
     assert "\r" not in "".join(lines) and all(line.endswith("\n") for line in lines)
     assert 2 <= len(lines) <= 4  # milestones at least 5 s apart, then the final line
-    assert lines[0] == "export: 500/1,000 items (50%) [0:05<0:05, 100 items/s]\n"
-    assert lines[-1] == "export: 1,000/1,000 items [0:10, 100 items/s]\n"
+    assert lines[0] == "export: 500/1,000 items (50%) [00:05<00:05, 100 items/s]\n"
+    assert lines[-1] == "export: 1,000/1,000 items [00:10, 100 items/s]\n"
 
 
 def test_an_unknown_or_zero_total_shows_the_count_alone() -> None:
     for total in (0, -1):
         text = render(True, [(0.0, 0, total), (2.0, 30, total)])
         assert "%" not in text and "<" not in text and "|" not in text
-        assert "\rexport 30 items [0:02, 15 items/s]" in text
-        assert text.endswith("export: 30 items [0:02, 15 items/s]\n")
+        assert "\rexport: 30items [00:02, 15.00items/s]" in text
+        assert text.endswith("\rexport: 30 items [00:02, 15 items/s]\n")
         assert render(False, [(0.0, 0, total), (60.0, 30, total)]) == (
-            "export: 30 items [1:00, 0.5 items/s]\n"
+            "export: 30 items [01:00, 0.5 items/s]\n"
         )
     empty = render(False, [(0.0, 0, 0)], summary="exported 0 items")
-    assert empty == "exported 0 items [0:00]\n"
+    assert empty == "exported 0 items [00:00]\n"
     # More done than the total announced (items added meanwhile): a count, not 120 %.
     assert render(False, [(0.0, 0, 100), (1.0, 120, 100)]).startswith("export: 120 items [")
+    on_terminal = render(True, [(0.0, 0, 100), (1.0, 120, 100)]).split("\r")
+    assert on_terminal[2].startswith("export: 120items [00:01,") and "%" not in on_terminal[2]
 
 
 def test_a_disabled_display_writes_nothing() -> None:
@@ -294,6 +297,6 @@ def test_a_failure_ends_the_bar_line_without_a_summary() -> None:
         bar(1, 2)
         raise RuntimeError("boom")
     text = out.getvalue()
-    assert text.startswith("\rexport  50% |") and text.endswith("\n") and text.count("\n") == 1
+    assert text.startswith("\rexport:  50%|") and text.endswith("\n") and text.count("\n") == 1
     bar(2, 2)  # a late report (another thread) after the end is ignored
     assert out.getvalue() == text

@@ -358,6 +358,13 @@ class TestCachedEmbedderInProcess:
         assert inner.calls == [["b"]]
         assert cached.stats().entries == 2
 
+    def test_a_cache_of_size_zero_remembers_nothing(self) -> None:
+        inner = CountingEmbedder()
+        cached = CachedEmbedder(inner, max_entries=0)
+        assert cached.embed(["a"]) == cached.embed(["a"]) == [float32(inner.vector("a"))]
+        assert inner.calls == [["a"], ["a"]]
+        assert cached.stats().entries == 0
+
     def test_returned_vectors_are_copies(self) -> None:
         cached = CachedEmbedder(CountingEmbedder())
         [vector] = cached.embed(["a"])

@@ -24,6 +24,7 @@ import pytest
 import memoryd
 from memoryd.stores.vectors.edge_store import EdgeVectorStore
 from memoryd.stores.vectors.port import (
+    TERMS_FIELD,
     Filter,
     HasId,
     IncompatibleStoreError,
@@ -242,6 +243,21 @@ def test_match_any_matches_one_of_several_values(store: VectorStore) -> None:
     page, _ = store.scroll(Filter(must=[MatchAny("priority", [2, 3])]))
     assert ids_of(page) == {pid(2), pid(3)}
     assert store.count(Filter(must=[MatchAny("kind", [])])) == 0
+
+
+def test_term_id_arrays_match_any_one_of_their_ids(store: VectorStore) -> None:
+    # The per-user IDF counts memories holding a query term id (a 32-bit integer).
+    store.upsert(
+        [
+            point(1, **{TERMS_FIELD: [7, 4_000_000_000]}),
+            point(2, **{TERMS_FIELD: [7]}),
+            point(3, **{TERMS_FIELD: []}),
+        ]
+    )
+
+    assert store.count(scope().and_(MatchValue(TERMS_FIELD, 7))) == 2
+    assert store.count(scope().and_(MatchValue(TERMS_FIELD, 4_000_000_000))) == 1
+    assert store.count(scope().and_(MatchValue(TERMS_FIELD, 8))) == 0
 
 
 def test_range_on_created_at_honours_open_and_closed_bounds(store: VectorStore) -> None:

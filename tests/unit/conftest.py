@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unit_kit import AppFactory, HashEmbedder
 
 from clock import MovableClock
 from memoryd.app import App, build_app
 from memoryd.core.engine import MemoryEngine
 from memoryd.settings import Settings
+from unit.unit_kit import AppFactory, HashEmbedder
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ promise, checked without a server, Redis or model weights."""
 from __future__ import annotations
 
 import pytest
-from unit_kit import AppFactory
 
 from clock import MovableClock
 from memoryd.core.engine import MemoryEngine
@@ -21,6 +20,7 @@ from memoryd.core.models import (
     Scope,
     Tier,
 )
+from unit.unit_kit import AppFactory
 
 ME = Scope(tenant="t1", user_id="alice", task_id="task-1", session_id="s-1")
 

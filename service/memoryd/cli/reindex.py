@@ -1,4 +1,6 @@
-"""`memoryd reindex`: re-embed every memory with the configured embedder.
+"""`memoryd reindex`: re-embed every memory with the configured embedder, and re-encode
+its BM25 sparse vector and term ids (this is how a store written by an older sparse
+encoder is brought up to date).
 
 The new collection is built beside the old one and swapped in at the end, so an
 interrupted reindex leaves the store as it was. The old collection is kept aside
@@ -16,7 +18,10 @@ from memoryd.core.retrieval import bm25
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.vectors.edge_store import EdgeVectorStore, peek_meta, promote_collection
-from memoryd.stores.vectors.port import TERMS_FIELD, SparseVector, VectorPoint, VectorStore
+from memoryd.stores.vectors.port import TERMS_FIELD, VectorPoint, VectorStore
+
+# Where stores written before the Qdrant BM25 encoder kept their stemmed terms (strings).
+_LEGACY_TERMS_FIELD = "terms"
 
 
 class ReindexRefused(Exception):
@@ -43,13 +48,13 @@ def copy_reembedded(
         vectors = embedder.embed(texts)
         upserts = []
         for point, text, vector in zip(points, texts, vectors, strict=True):
-            sparse = encoder.encode_document(text)
+            payload = {k: v for k, v in point.payload.items() if k != _LEGACY_TERMS_FIELD}
             upserts.append(
                 VectorPoint(
                     id=point.id,
                     dense=vector,
-                    sparse=SparseVector(list(sparse.indices), list(sparse.values)),
-                    payload={**point.payload, TERMS_FIELD: bm25.distinct_terms(text)},
+                    sparse=encoder.encode_document(text),
+                    payload={**payload, TERMS_FIELD: encoder.term_ids(text)},
                 )
             )
         target.upsert(upserts)
@@ -82,7 +87,9 @@ def reindex(settings: Settings, embedder: Embedder, progress: Callable[[int, int
     target = EdgeVectorStore(root, embedder.dim, building)
     try:
         copied = copy_reembedded(source, target, embedder, progress=progress)
-        target.write_meta({**meta, "embedder": embedder.name, "dim": embedder.dim})
+        target.write_meta(
+            {**meta, "embedder": embedder.name, "dim": embedder.dim, "sparse": bm25.ENCODER_NAME}
+        )
     finally:
         source.close()
         target.close()

@@ -8,6 +8,8 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
+from tenacity import AsyncRetrying, RetryCallState, wait_fixed
+
 from memoryd.core.errors import MemorydError, StoreUnavailable
 from memoryd.core.models import Kind, MemoryRecord, Role, Scope, Tier
 from memoryd.core.tasks import stop_task
@@ -80,18 +82,16 @@ class ConversationCopier:
                     await asyncio.sleep(0.02)
 
     async def _run(self) -> None:
-        while True:
-            try:
-                await self.drain_once(wait_s=1.0)
-            except asyncio.CancelledError:
-                raise
-            except (MemorydError, QueueDown) as exc:
-                # Store down: entries stay pending and are retried, never dropped.
-                log.warning("conversation copy paused: %s", exc)
-                await asyncio.sleep(self._settings.retry_seconds)
-            except Exception:
-                log.exception("conversation copy failed; retrying")
-                await asyncio.sleep(self._settings.retry_seconds)
+        # Never gives up: after a failure the worker goes on in `retry_seconds`; the failed
+        # batch stays queued (replayed after a restart, never dropped). Cancellation is no
+        # Exception, so tenacity lets it through.
+        retrying = AsyncRetrying(
+            wait=wait_fixed(self._settings.retry_seconds), before_sleep=_log_failure
+        )
+        async for attempt in retrying:
+            with attempt:
+                while True:
+                    await self.drain_once(wait_s=1.0)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="conversation-copier")
@@ -100,3 +100,11 @@ class ConversationCopier:
         """Stop copying; entries taken but not acked are replayed after a restart."""
         task, self._task = self._task, None
         await stop_task(task)
+
+
+def _log_failure(state: RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome is not None else None
+    if isinstance(exc, MemorydError | QueueDown):
+        log.warning("conversation copy paused: %s", exc)  # a store is down
+    else:
+        log.error("conversation copy failed; retrying", exc_info=exc)

@@ -34,7 +34,6 @@ from memoryd.stores.vectors.port import (
     MatchValue,
     Range,
     RrfParams,
-    SparseVector,
     StoredPoint,
     VectorPoint,
     VectorStore,
@@ -60,10 +59,6 @@ class NewPoint:
     record: MemoryRecord
     payload: dict[str, Any]
     embed_text: str
-
-
-def _sparse(vector: bm25.SparseVector) -> SparseVector:
-    return SparseVector(indices=list(vector.indices), values=list(vector.values))
 
 
 class VectorMemory:
@@ -132,8 +127,8 @@ class VectorMemory:
             VectorPoint(
                 id=p.record.id,
                 dense=vector,
-                sparse=_sparse(self._encoder.encode_document(p.embed_text)),
-                payload={**p.payload, TERMS_FIELD: bm25.distinct_terms(p.embed_text)},
+                sparse=self._encoder.encode_document(p.embed_text),
+                payload={**p.payload, TERMS_FIELD: self._encoder.term_ids(p.embed_text)},
             )
             for p, vector in zip(points, vectors, strict=True)
         ]
@@ -260,8 +255,9 @@ class VectorMemory:
         live = await self.call(self.store.count, flt)
         if live == 0:
             return TierHits(items=[], total=0)  # the empty case answers without embedding
-        terms = sorted(set(bm25.tokenize(query)))
-        sparse = _sparse(self._encoder.encode_query(query)) if terms else None
+        query_sparse = self._encoder.encode_query(query)
+        terms = list(query_sparse.indices)
+        sparse = query_sparse if terms else None
         dense: list[float] | None = None
         embedding_ms = 0.0
         if settings.mode != "keyword" or sparse is None:
@@ -291,7 +287,7 @@ class VectorMemory:
             record = from_payload(hit.id, hit.payload)
             vector = None if hit.dense_vector is None else np.asarray(hit.dense_vector)
             cosine = _cosine(query_vector, vector)
-            share = _keyword_share(idf, _terms_of(hit.payload))
+            share = _keyword_share(idf, self._terms_of(hit.payload))
             record.score = relevance(cosine, share, settings.keyword_weight)
             if record.score >= threshold:
                 candidates.append(_Candidate(record, vector))
@@ -303,14 +299,21 @@ class VectorMemory:
         picked = diversify(candidates, top_k, settings.diversity)
         return TierHits(items=picked, total=len(candidates), embedding_ms=embedding_ms)
 
-    def _idf(self, flt: Filter, terms: Sequence[str], live: int) -> dict[str, float]:
+    def _idf(self, flt: Filter, terms: Sequence[int], live: int) -> dict[int, float]:
         """BM25 inverse document frequency of each query term among the memories `flt`
         selects (this user's, so other users' words never weigh on the ranking)."""
-        idf: dict[str, float] = {}
+        idf: dict[int, float] = {}
         for term in terms:
             df = self.store.count(flt.and_(MatchValue(TERMS_FIELD, term)))
             idf[term] = math.log(1.0 + (live - df + 0.5) / (df + 0.5))
         return idf
+
+    def _terms_of(self, payload: Mapping[str, Any]) -> set[int]:
+        # Memories written before term ids were stored are tokenised here instead.
+        stored = payload.get(TERMS_FIELD)
+        if stored is None:
+            return set(self._encoder.term_ids(embed_text_of(payload)))
+        return set(stored)
 
 
 @dataclass
@@ -372,13 +375,7 @@ def _cosine(query: np.ndarray[Any, Any] | None, vector: np.ndarray[Any, Any] | N
     return max(0.0, min(1.0, float(query @ vector)))
 
 
-def _terms_of(payload: Mapping[str, Any]) -> set[str]:
-    # Memories written before terms were stored are tokenised here instead.
-    stored = payload.get(TERMS_FIELD)
-    return set(stored) if stored is not None else set(bm25.tokenize(embed_text_of(payload)))
-
-
-def _keyword_share(idf: Mapping[str, float], terms: set[str]) -> float:
+def _keyword_share(idf: Mapping[int, float], terms: set[int]) -> float:
     total = sum(idf.values())
     return sum(w for t, w in idf.items() if t in terms) / total if total else 0.0
 

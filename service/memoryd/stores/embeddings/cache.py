@@ -17,12 +17,12 @@ import sys
 import threading
 import time
 from array import array
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
 import redis
+from cachetools import LRUCache
 
 from memoryd.stores.embeddings.port import Embedder
 
@@ -75,7 +75,7 @@ class CachedEmbedder:
         self._ttl_s = redis_ttl_s
         self._retry_after_s = redis_retry_after_s
         self._lock = threading.Lock()
-        self._lru: OrderedDict[tuple[str, str], array[float]] = OrderedDict()
+        self._lru: LRUCache[tuple[str, str], array[float]] = LRUCache(maxsize=max_entries)
         self._hits = 0
         self._redis_hits = 0
         self._misses = 0
@@ -130,9 +130,8 @@ class CachedEmbedder:
             for key in keys:
                 if key in found:
                     continue
-                vector = self._lru.get(key)
+                vector = self._lru.get(key)  # a hit becomes the most recently used
                 if vector is not None:
-                    self._lru.move_to_end(key)
                     found[key] = vector
             self._hits += len(found)
 
@@ -170,12 +169,8 @@ class CachedEmbedder:
 
     def _remember(self, entries: dict[tuple[str, str], array[float]]) -> None:
         if self._max_entries == 0:
-            return
-        for key, vector in entries.items():
-            self._lru[key] = vector
-            self._lru.move_to_end(key)
-        while len(self._lru) > self._max_entries:
-            self._lru.popitem(last=False)
+            return  # cachetools raises on inserting into a cache of size 0
+        self._lru.update(entries)  # evicts the least recently used beyond max_entries
 
     # --- Redis ---
 

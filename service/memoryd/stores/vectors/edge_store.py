@@ -351,11 +351,15 @@ class EdgeVectorStore:
 # ---------------------------------------------------------------------- conversions
 
 
-def _edge_schema(kind: IndexKind) -> qe.PayloadSchemaType | qe.KeywordIndexParams:
+def _edge_schema(
+    kind: IndexKind,
+) -> qe.PayloadSchemaType | qe.KeywordIndexParams | qe.IntegerIndexParams:
     if kind is IndexKind.TENANT_KEYWORD:
         return qe.KeywordIndexParams(is_tenant=True)
     if kind is IndexKind.KEYWORD:
         return qe.PayloadSchemaType.Keyword
+    if kind is IndexKind.INTEGER:
+        return qe.IntegerIndexParams(lookup=True, range=False)
     if kind is IndexKind.FLOAT:
         return qe.PayloadSchemaType.Float
     return qe.PayloadSchemaType.Bool

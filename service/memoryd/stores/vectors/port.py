@@ -28,9 +28,9 @@ from typing import Any, Protocol, TypeAlias
 
 DENSE_VECTOR = "dense"
 SPARSE_VECTOR = "bm25"
-# Payload field holding a memory's distinct BM25 terms, so that the core can count how
-# many of a user's memories hold a query term (per-user IDF).
-TERMS_FIELD = "terms"
+# Payload field holding a memory's distinct BM25 term ids (integers), so that the core
+# can count how many of a user's memories hold a query term (per-user IDF).
+TERMS_FIELD = "term_ids"
 
 
 class IndexKind(enum.Enum):
@@ -38,6 +38,7 @@ class IndexKind(enum.Enum):
 
     TENANT_KEYWORD = "tenant_keyword"  # keyword index with is_tenant=True
     KEYWORD = "keyword"
+    INTEGER = "integer"  # exact-match lookups only
     FLOAT = "float"
     BOOL = "bool"
 
@@ -53,7 +54,7 @@ PAYLOAD_INDEXES: tuple[tuple[str, IndexKind], ...] = (
     ("agent_id", IndexKind.KEYWORD),
     ("task_id", IndexKind.KEYWORD),
     ("key", IndexKind.KEYWORD),
-    (TERMS_FIELD, IndexKind.KEYWORD),
+    (TERMS_FIELD, IndexKind.INTEGER),
     ("created_at", IndexKind.FLOAT),
     ("updated_at", IndexKind.FLOAT),
     ("expires_at", IndexKind.FLOAT),

@@ -484,6 +484,10 @@ def _index_params(kind: IndexKind) -> models.PayloadSchemaParams:
         return models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)
     if kind is IndexKind.KEYWORD:
         return models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, enable_hnsw=False)
+    if kind is IndexKind.INTEGER:
+        return models.IntegerIndexParams(
+            type=models.IntegerIndexType.INTEGER, lookup=True, range=False, enable_hnsw=False
+        )
     if kind is IndexKind.FLOAT:
         return models.FloatIndexParams(type=models.FloatIndexType.FLOAT, enable_hnsw=False)
     return models.BoolIndexParams(type=models.BoolIndexType.BOOL, enable_hnsw=False)

@@ -1,0 +1,104 @@
+"""A store whose keyword (BM25) vectors were written by another sparse encoder is never
+searched with ours: start-up is refused, and `memoryd reindex` re-encodes every memory's
+sparse vector and term ids so that keyword search finds them again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import ServerFactory
+from memoryd.app import StartupRefused, build_app
+from memoryd.cli.reindex import reindex
+from memoryd.core.memory.payload import embed_text_of
+from memoryd.core.retrieval.bm25 import ENCODER_NAME, BM25Encoder
+from memoryd.settings import Settings
+from memoryd.stores.embeddings.port import Embedder
+from memoryd.stores.vectors.edge_store import EdgeVectorStore
+from memoryd.stores.vectors.port import TERMS_FIELD, SparseVector, VectorPoint
+from memoryd.v1 import memory_pb2 as pb
+from rpc import scope
+
+LT = pb.TIER_LONG_TERM
+MEMORIES = ["User enjoys skiing", "User avoids advanced slopes", "User drinks green tea"]
+
+
+def make_legacy(vectors_dir: Path, dim: int) -> None:
+    """Rewrite the store as the hand-written encoder left it: its own term ids (none of
+    them Qdrant's), stemmed terms as strings under `terms`, no encoder in the metadata."""
+    store = EdgeVectorStore(vectors_dir, dim)
+    try:
+        points, _ = store.scroll(limit=100, with_vectors=True)
+        legacy = []
+        for point in points:
+            payload = {k: v for k, v in point.payload.items() if k != TERMS_FIELD}
+            assert point.dense is not None
+            legacy.append(
+                VectorPoint(
+                    id=point.id,
+                    dense=point.dense,
+                    sparse=SparseVector(indices=[7, 8], values=[1.0, 1.0]),
+                    payload={**payload, "terms": ["user", "ski"]},
+                )
+            )
+        store.upsert(legacy)
+        meta = store.read_meta() or {}
+        store.write_meta({k: v for k, v in meta.items() if k != "sparse"})
+    finally:
+        store.close()
+
+
+async def test_legacy_store_is_refused_then_reindexed_and_found_by_keyword(
+    start_server: ServerFactory, embedder: Embedder, tmp_path: Path
+) -> None:
+    data = tmp_path / "store"
+    first = await start_server(data_dir=data)
+    for content in MEMORIES:
+        await first.stub.Add(pb.AddRequest(scope=scope("u"), tier=LT, content=content))
+    await first.server.stop(grace_s=0)
+    make_legacy(data / "vectors", embedder.dim)
+
+    settings = Settings(data_dir=data, retrieval={"mode": "keyword"})
+    with pytest.raises(StartupRefused) as refused:
+        await build_app(settings, embedder=embedder)
+    message = str(refused.value)
+    assert "keyword (BM25)" in message and "memoryd reindex" in message
+
+    assert reindex(settings, embedder, lambda done, total: None) == len(MEMORIES)
+
+    encoder = BM25Encoder()
+    store = EdgeVectorStore(data / "vectors", embedder.dim)
+    try:
+        assert (store.read_meta() or {})["sparse"] == ENCODER_NAME
+        points, _ = store.scroll(limit=100, with_vectors=True)
+        assert len(points) == len(MEMORIES)
+        for point in points:
+            text = embed_text_of(point.payload)
+            assert "terms" not in point.payload
+            assert point.payload[TERMS_FIELD] == encoder.term_ids(text)
+            assert point.sparse is not None
+            assert list(point.sparse.indices) == encoder.term_ids(text)
+    finally:
+        store.close()
+
+    # Keyword mode searches the sparse vectors alone: they match our queries again.
+    second = await start_server(data_dir=data, retrieval={"mode": "keyword"})
+    found = await second.stub.Retrieve(
+        pb.RetrieveRequest(scope=scope("u"), tiers=[LT], query="skiing")
+    )
+    assert [item.content for item in found.items] == ["User enjoys skiing"]
+
+
+async def test_an_empty_store_without_a_recorded_encoder_is_simply_adopted(
+    start_server: ServerFactory, embedder: Embedder, tmp_path: Path
+) -> None:
+    data = tmp_path / "store"
+    first = await start_server(data_dir=data)
+    await first.server.stop(grace_s=0)
+    make_legacy(data / "vectors", embedder.dim)
+
+    second = await start_server(data_dir=data)
+    added = await second.stub.Add(pb.AddRequest(scope=scope("u"), tier=LT, content=MEMORIES[0]))
+    assert added.memory_id
+    assert (second.app.vectors.read_meta() or {})["sparse"] == ENCODER_NAME

@@ -1,0 +1,106 @@
+"""The write-behind copier of conversation messages keeps going when a batch fails (the
+embedder is down): later messages are copied once it is back, and the failed batch stays
+queued (never dropped) until it is replayed after a restart."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixed
+
+from memoryd.app import App, build_app
+from memoryd.settings import Settings
+from memoryd.transport.server import MemorydServer
+from memoryd.v1 import memory_pb2 as pb
+from memoryd.v1 import memory_pb2_grpc
+from openai_stub import OpenAIStub, start_openai_stub
+from rpc import scope
+
+FAILED = "I am allergic to peanuts"
+LATER = "I live in Lisbon"
+
+
+@pytest.fixture
+def openai_api() -> Iterator[OpenAIStub]:
+    stub = start_openai_stub(dim=8)
+    yield stub
+    stub.stop()
+
+
+@asynccontextmanager
+async def serving(
+    settings: Settings,
+) -> AsyncIterator[tuple[App, memory_pb2_grpc.MemoryServiceStub]]:
+    app = await build_app(settings)
+    server = MemorydServer(settings, app, health_interval_s=0.2)
+    port = await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield app, memory_pb2_grpc.MemoryServiceStub(channel)
+    finally:
+        await channel.close()
+        await server.stop(grace_s=0)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
+    """Wait for the background worker (the deadline is against hanging, not a timing test)."""
+    wait = AsyncRetrying(
+        stop=stop_after_delay(60), wait=wait_fixed(0.05), retry=retry_if_result(operator.not_)
+    )
+    await wait(check)
+
+
+async def messages_found(
+    stub: memory_pb2_grpc.MemoryServiceStub, user_id: str, query: str
+) -> list[str]:
+    answer = await stub.Retrieve(
+        pb.RetrieveRequest(
+            scope=scope(user_id), tiers=[pb.TIER_LONG_TERM], query=query, kinds=[pb.KIND_MESSAGE]
+        )
+    )
+    return [item.content for item in answer.items]
+
+
+async def test_the_copier_goes_on_after_a_failed_batch_which_stays_queued(
+    openai_api: OpenAIStub, tmp_path: Path, user_id: str
+) -> None:
+    settings = Settings(
+        listen="127.0.0.1:0",
+        data_dir=tmp_path,
+        embedder={
+            "provider": "openai",
+            "openai_base_url": openai_api.url,
+            "openai_api_key": "k",
+            "openai_dimensions": 8,
+        },
+        write_behind={"retry_seconds": 0.05},
+    )
+    sc = scope(user_id, session_id="s")
+    async with serving(settings) as (app, stub):
+        # 400 is not retried by the OpenAI client itself: the copier sees the failure.
+        openai_api.behaviour.status = 400
+        await stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_SHORT_TERM, content=FAILED))
+
+        async def tried() -> bool:
+            return any(FAILED in r.body["input"] for r in openai_api.requests)
+
+        await eventually(tried)
+
+        openai_api.behaviour.status = 200
+        await stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_SHORT_TERM, content=LATER))
+
+        async def copied() -> bool:
+            return bool(await messages_found(stub, user_id, "where does the user live"))
+
+        await eventually(copied)
+        assert await messages_found(stub, user_id, "where does the user live") == [LATER]
+        assert FAILED not in await messages_found(stub, user_id, "food allergies")
+
+    async with serving(settings) as (app, stub):
+        await app.copier.drain()
+        assert FAILED in await messages_found(stub, user_id, "food allergies")
