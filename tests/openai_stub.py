@@ -75,6 +75,10 @@ class StubBehaviour:
     # Chat completions: these replies in order, then `chat_default` for every request.
     chat_replies: list[ChatReply] = field(default_factory=list)
     chat_default: ChatReply = field(default_factory=ChatReply)
+    # The most chat requests the stub was answering at one time.
+    max_in_flight: int = 0
+    in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def stub_vector(text: str, dim: int) -> list[float]:
@@ -130,7 +134,19 @@ class _StubHandler(BaseHTTPRequestHandler):
 
     def _chat(self, body: dict[str, Any]) -> None:
         behaviour = self.server.behaviour
-        reply = behaviour.chat_replies.pop(0) if behaviour.chat_replies else behaviour.chat_default
+        with behaviour.lock:
+            behaviour.in_flight += 1
+            behaviour.max_in_flight = max(behaviour.max_in_flight, behaviour.in_flight)
+            replies = behaviour.chat_replies
+            reply = replies.pop(0) if replies else behaviour.chat_default
+        try:
+            self._answer_chat(body, reply)
+        finally:
+            with behaviour.lock:
+                behaviour.in_flight -= 1
+
+    def _answer_chat(self, body: dict[str, Any], reply: ChatReply) -> None:
+        behaviour = self.server.behaviour
         if reply.delay_s:
             time.sleep(reply.delay_s)
         if reply.status != 200:
