@@ -8,9 +8,11 @@ from collections.abc import Sequence
 
 import grpc
 import pytest
+from test_export_import import export, stream
 
 from clock import MovableClock
 from conftest import RunningServer, ServerFactory
+from memoryd.settings import QuotaProfile
 from memoryd.v1 import memory_pb2 as pb
 from rpc import bad_request_fields, quota_failure, rpc_error, scope
 
@@ -251,8 +253,6 @@ async def test_auto_prune_drops_the_oldest_entities_with_their_relations(
 async def test_entities_and_relations_leave_in_an_export_and_come_back_linked(
     start_server: ServerFactory, vectors: dict[str, str], user_id: str
 ) -> None:
-    from test_export_import import export, stream
-
     clock = MovableClock()
     s = await start_server(clock=clock, vectors=vectors)
     await entity(s, user_id, "Ana", type="person", aliases=["Anita"])
@@ -332,3 +332,11 @@ def _fields(request: pb.PruneRequest) -> dict[str, object]:
         "strategy": request.strategy,
         "percent": request.percent,
     }
+
+
+async def test_the_default_quotas_are_rt006s(server: RunningServer, user_id: str) -> None:
+    await entity(server, user_id, "Ana")
+    usage = await server.stub.Usage(pb.UsageRequest(scope=scope(user_id)))
+    [tier] = [t for t in usage.tiers if t.tier == E]
+    assert (tier.count, tier.max_count, tier.percent) == (1, 5_000, 100 / 5_000)
+    assert QuotaProfile().entity_max_relations == 10_000

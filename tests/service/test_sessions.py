@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 from google.rpc import error_details_pb2
+from test_export_import import export, stream
 
 from conftest import RunningServer, ServerFactory
 from memoryd.v1 import memory_pb2 as pb
@@ -308,6 +309,10 @@ async def test_extracted_facts_update_by_key_keep_history_and_never_beat_explici
     assert reply.command.operation == pb.OPERATION_UPDATED
     city = (await facts(server, user_id))["ciudad"]
     assert city.source == pb.SOURCE_EXPLICIT and len(city.history) == 2
+    # The history travels with the fact through Export and Import.
+    dump = await export(server, user_id, tiers=[P])
+    await server.stub.Import(stream(f"{user_id}-copy", dump))
+    assert (await facts(server, f"{user_id}-copy"))["ciudad"].history == city.history
 
 
 async def test_a_forget_in_the_session_holds_against_the_extraction(

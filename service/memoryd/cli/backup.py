@@ -1,5 +1,5 @@
 """`memoryd backup` and `memoryd restore`: per-user export files of the tiers the registry
-marks backed up (the durable ones: long-term, persona, episodic, structured), written and
+marks backed up (the durable ones: long-term, persona, episodic, entity, structured), written and
 read through the engine's export and import paths,
 with the same item serialization as the Export RPC.
 

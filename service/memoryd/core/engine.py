@@ -220,7 +220,8 @@ class MemoryEngine:
         check_scope(v, lookup.scope, self._limits)
         check_batch(v, lookup.ids, lookup.keys, self._limits)
         if lookup.keys and not spec(lookup.tier).keyed:
-            keyed = " and ".join(s.tier.value for s in TIERS.values() if s.keyed)
+            *most, last = [s.tier.value for s in TIERS.values() if s.keyed]
+            keyed = f"{', '.join(most)} and {last}" if most else last
             v.add("keys", f"only the {keyed} tiers are addressed by key")
         self._check_tier_scope(v, lookup.tier, lookup.scope)
         v.raise_if_any()
