@@ -309,6 +309,7 @@ async def test_extracted_facts_update_by_key_keep_history_and_never_beat_explici
     assert reply.command.operation == pb.OPERATION_UPDATED
     city = (await facts(server, user_id))["ciudad"]
     assert city.source == pb.SOURCE_EXPLICIT and len(city.history) == 2
+    assert "confidence" not in city.metadata
     # The history travels with the fact through Export and Import.
     dump = await export(server, user_id, tiers=[P])
     await server.stub.Import(stream(f"{user_id}-copy", dump))

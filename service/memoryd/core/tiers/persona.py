@@ -250,7 +250,9 @@ class PersonaTier:
                 None,
             )
             if extracted is not None:
-                record = self._changed(extracted, value, Source.EXPLICIT, now)
+                # An extractor's confidence says nothing about what the user stated.
+                kept = {k: v for k, v in extracted.metadata.items() if k != "confidence"}
+                record = self._changed(extracted, value, Source.EXPLICIT, now, metadata=kept)
                 operation = Operation.UPDATED
             else:
                 record = self._new_fact(
