@@ -1,7 +1,9 @@
-"""An OpenAI-compatible embeddings server for tests, on 127.0.0.1 and a free port.
+"""An OpenAI-compatible server for tests, on 127.0.0.1 and a free port.
 
-It speaks ``POST /v1/embeddings``, answers with deterministic vectors (``stub_vector``)
-and records every request, so tests can point a real HTTP client at it::
+It speaks ``POST /v1/embeddings`` (deterministic vectors, ``stub_vector``) and
+``POST /v1/chat/completions`` (the replies a test scripts in ``behaviour.chat_replies``,
+then ``behaviour.chat_default``), and records every request, so tests can point a real
+HTTP client at it::
 
     with running_openai_stub(dim=8) as stub:
         embedder = OpenAIEmbedder(base_url=stub.url, api_key="sk-test")
@@ -26,6 +28,8 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_DIM",
+    "EMPTY_EXTRACTION",
+    "ChatReply",
     "OpenAIStub",
     "RecordedRequest",
     "StubBehaviour",
@@ -45,6 +49,19 @@ class RecordedRequest:
     body: dict[str, Any]
 
 
+EMPTY_EXTRACTION = '{"facts": [], "entities": [], "relations": [], "summary": null}'
+
+
+@dataclass
+class ChatReply:
+    """One answer of ``/chat/completions``: the assistant's text, or an HTTP error."""
+
+    content: str = EMPTY_EXTRACTION
+    status: int = 200
+    delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass
 class StubBehaviour:
     """What the stub answers; tests change it before calling the embedder."""
@@ -55,6 +72,13 @@ class StubBehaviour:
     drop_last: bool = False  # answer one embedding too few
     default_dim: int = DEFAULT_DIM  # used when the request has no "dimensions"
     requests: list[RecordedRequest] = field(default_factory=list)
+    # Chat completions: these replies in order, then `chat_default` for every request.
+    chat_replies: list[ChatReply] = field(default_factory=list)
+    chat_default: ChatReply = field(default_factory=ChatReply)
+    # The most chat requests the stub was answering at one time.
+    max_in_flight: int = 0
+    in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def stub_vector(text: str, dim: int) -> list[float]:
@@ -77,6 +101,9 @@ class _StubHandler(BaseHTTPRequestHandler):
         body = json.loads(raw)
         headers = {k.lower(): v for k, v in self.headers.items()}
         behaviour.requests.append(RecordedRequest("POST", self.path, headers, body))
+        if self.path.endswith("/chat/completions"):
+            self._chat(body)
+            return
         if behaviour.delay_s:
             time.sleep(behaviour.delay_s)
         if behaviour.status != 200:
@@ -103,6 +130,47 @@ class _StubHandler(BaseHTTPRequestHandler):
                 "model": body["model"],
                 "usage": {"prompt_tokens": 1, "total_tokens": 1},
             },
+        )
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        behaviour = self.server.behaviour
+        with behaviour.lock:
+            behaviour.in_flight += 1
+            behaviour.max_in_flight = max(behaviour.max_in_flight, behaviour.in_flight)
+            replies = behaviour.chat_replies
+            reply = replies.pop(0) if replies else behaviour.chat_default
+        try:
+            self._answer_chat(body, reply)
+        finally:
+            with behaviour.lock:
+                behaviour.in_flight -= 1
+
+    def _answer_chat(self, body: dict[str, Any], reply: ChatReply) -> None:
+        behaviour = self.server.behaviour
+        if reply.delay_s:
+            time.sleep(reply.delay_s)
+        if reply.status != 200:
+            error = {"error": {"message": f"stub answered {reply.status}", "type": "stub"}}
+            self._reply(reply.status, error, {"retry-after-ms": "1", **reply.headers})
+            return
+        self._reply(
+            200,
+            {
+                "id": f"chatcmpl-stub-{len(behaviour.requests)}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": reply.content},
+                        "finish_reason": "stop",
+                        "logprobs": None,
+                    }
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            },
+            reply.headers,
         )
 
     def _reply(self, status: int, payload: object, headers: dict[str, str] | None = None) -> None:
@@ -137,6 +205,11 @@ class OpenAIStub:
     def requests(self) -> list[RecordedRequest]:
         """Every request received so far, oldest first."""
         return self.behaviour.requests
+
+    @property
+    def chat_requests(self) -> list[RecordedRequest]:
+        """The chat completion requests received so far, oldest first."""
+        return [r for r in self.behaviour.requests if r.path.endswith("/chat/completions")]
 
     @property
     def dim(self) -> int:

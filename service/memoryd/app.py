@@ -19,8 +19,15 @@ from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import MemoryRecord, Scope, Tier
 from memoryd.core.retrieval import bm25
 from memoryd.core.retrieval.token_budget import TokenCounter
+from memoryd.core.sessions.extraction import ReplyLimits, SessionExtractor
+from memoryd.core.sessions.sessions import Sessions
+from memoryd.core.tiers.base import TierHandler
+from memoryd.core.tiers.entity import EntityTier
+from memoryd.core.tiers.episodic import EpisodicTier
 from memoryd.core.tiers.long_term import LongTermTier
+from memoryd.core.tiers.persona import PersonaTier
 from memoryd.core.tiers.registry import TierDeps, build_tiers
+from memoryd.core.tiers.short_term import ShortTermTier
 from memoryd.settings import Settings
 from memoryd.stores import embeddings as embedder_adapters
 from memoryd.stores import hot as hot_adapters
@@ -32,6 +39,7 @@ from memoryd.stores.backup.file_store import FileBackupStore
 from memoryd.stores.backup.port import BackupStore
 from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
+from memoryd.stores.extractor.port import StructuredChat
 from memoryd.stores.hot.port import HotStore
 from memoryd.stores.queue.port import WriteBehindQueue
 from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore
@@ -142,6 +150,52 @@ def open_vectors(settings: Settings, embedder: Embedder) -> VectorStore:
     return store
 
 
+def build_extractor(settings: Settings) -> StructuredChat | None:
+    cfg = settings.extraction
+    if not cfg.configured:
+        return None
+    from memoryd.stores.extractor.openai_chat import OpenAIChatExtractor
+
+    return OpenAIChatExtractor(
+        model=cfg.model,
+        base_url=cfg.base_url,
+        api_key=cfg.api_key.get_secret_value() if cfg.api_key is not None else None,
+        timeout_s=cfg.timeout_seconds,
+        max_retries=cfg.max_retries,
+        max_concurrency=cfg.max_concurrency,
+        temperature=cfg.temperature,
+    )
+
+
+def build_sessions(
+    settings: Settings, tiers: dict[Tier, TierHandler], chat: StructuredChat | None
+) -> Sessions | None:
+    """Commands and EndSession need short-term and persona memory; entities, episodes and
+    the extractor are used when present."""
+    short_term, persona = tiers.get(Tier.SHORT_TERM), tiers.get(Tier.PERSONA)
+    if not isinstance(short_term, ShortTermTier) or not isinstance(persona, PersonaTier):
+        return None
+    entity, episodic = tiers.get(Tier.ENTITY), tiers.get(Tier.EPISODIC)
+    cfg = settings.extraction
+    extractor = None
+    if chat is not None:
+        limits = ReplyLimits(
+            min_confidence=cfg.min_confidence,
+            max_key_bytes=settings.limits.max_key_bytes,
+            max_content_bytes=settings.limits.max_content_bytes,
+        )
+        extractor = SessionExtractor(chat, limits, cfg.max_input_chars)
+    return Sessions(
+        short_term,
+        persona,
+        settings.sessions,
+        settings.limits,
+        entity=entity if isinstance(entity, EntityTier) else None,
+        episodic=episodic if isinstance(episodic, EpisodicTier) else None,
+        extractor=extractor,
+    )
+
+
 def build_queue(settings: Settings) -> WriteBehindQueue:
     return queue_adapters.ADAPTERS[queue_adapters.adapter_name(settings)](settings)
 
@@ -184,6 +238,7 @@ async def build_app(
         backups=backups,
         flush=copier.drain,
     )
+    chat = build_extractor(settings)
     engine = MemoryEngine(
         tiers,
         settings.limits,
@@ -192,6 +247,7 @@ async def build_app(
         settings.usage,
         archive,
         erasure,
+        build_sessions(settings, tiers, chat),
     )
     maintenance = Maintenance(memory, tiers, settings.retention)
 
@@ -210,7 +266,7 @@ async def build_app(
             maintenance.run_once, settings.retention.maintenance_interval_seconds
         ),
         probes={"memoryd.hot_store": hot.ping, "memoryd.vector_store": vectors_up},
-        closers=[close_vectors, hot.close, queue.close],
+        closers=[close_vectors, hot.close, queue.close, *([chat.close] if chat else [])],
         memory=memory,
         backups=backups,
     )

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -152,6 +152,73 @@ class StructuredSettings(BaseModel):
     )
 
 
+class EntitySettings(BaseModel):
+    """The entity tier: entities and (subject, predicate, object) relations. Its quotas
+    come from the quota profile (entity_max_entities, entity_max_relations)."""
+
+    multi_valued_predicates: list[str] = Field(
+        default_factory=lambda: [
+            "likes",
+            "dislikes",
+            "knows",
+            "has",
+            "owns",
+            "uses",
+            "speaks",
+            "visited",
+            "member_of",
+            "friend_of",
+            "related_to",
+        ],
+        description="Predicates a subject may hold towards several objects at once; any "
+        "other predicate is single-valued: a newer relation to another object closes the old",
+    )
+    max_relations_per_entity: int = Field(
+        20, ge=0, description="Current relations returned with each entity (newest first)"
+    )
+
+
+class ExtractionSettings(BaseModel):
+    """The LLM that extracts facts, entities and relations when a session ends: any
+    OpenAI-compatible chat completions endpoint with structured output (JSON schema).
+    Configured when `base_url` or `api_key` is set; otherwise EndSession skips extraction."""
+
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. .../v1")
+    api_key: SecretStr | None = None
+    model: str = Field("gpt-4o-mini", min_length=1)
+    timeout_seconds: float = Field(60.0, gt=0, description="Per request to the endpoint")
+    max_retries: int = Field(
+        2, ge=0, description="Retries of timeouts, 429 and 5xx answers (by the client)"
+    )
+    max_concurrency: int = Field(4, ge=1, description="Extractions running at once")
+    temperature: float | None = Field(
+        0.0, ge=0, le=2, description="Sampling temperature; unset for models that refuse one"
+    )
+    min_confidence: float = Field(0.5, ge=0, le=1, description="Facts under it are dropped")
+    max_input_chars: int = Field(
+        48_000, ge=1000, description="Transcript sent to the model; the newest messages win"
+    )
+
+    @property
+    def configured(self) -> bool:
+        return self.base_url is not None or self.api_key is not None
+
+
+class SessionSettings(BaseModel):
+    """Ending sessions and the explicit remember/forget commands of user messages."""
+
+    keep_messages_on_end: bool = Field(
+        False, description="EndSession leaves the session's messages in short-term memory"
+    )
+    forget_min_score: float = Field(
+        0.6,
+        ge=0,
+        le=1,
+        description="A forget command that names no fact key deletes the facts scoring at "
+        "least this against it (persona search)",
+    )
+
+
 class QuotaProfile(BaseModel):
     """The limits of one plan. Unset fields take the RT-006 per-user figures (pro)."""
 
@@ -159,8 +226,9 @@ class QuotaProfile(BaseModel):
     long_term_max_bytes: int = Field(
         100 * 1024 * 1024, ge=1, description="Long-term content bytes per user"
     )
-    entity_max_entities: int = Field(
-        5_000, ge=1, description="Entities per user (reserved: the entity tier is not built yet)"
+    entity_max_entities: int = Field(5_000, ge=1, description="Entities per user")
+    entity_max_relations: int = Field(
+        10_000, ge=1, description="Relations per user (RT-006 gives 10,000; no plan differs)"
     )
 
 
@@ -337,6 +405,9 @@ class Settings(BaseSettings):
     long_term: LongTermSettings = LongTermSettings()
     episodic: EpisodicSettings = EpisodicSettings()
     structured: StructuredSettings = StructuredSettings()
+    entity: EntitySettings = EntitySettings()
+    extraction: ExtractionSettings = ExtractionSettings()
+    sessions: SessionSettings = SessionSettings()
     write_behind: WriteBehindSettings = WriteBehindSettings()
     usage: UsageSettings = UsageSettings()
     retention: RetentionSettings = RetentionSettings()

@@ -24,7 +24,7 @@ from memoryd.v1 import memory_pb2 as pb
 from rpc import scope
 
 WK, ST, LT, PE = pb.TIER_WORKING, pb.TIER_SHORT_TERM, pb.TIER_LONG_TERM, pb.TIER_PERSONA
-EP, SD = pb.TIER_EPISODIC, pb.TIER_STRUCTURED
+EP, SD, EN = pb.TIER_EPISODIC, pb.TIER_STRUCTURED, pb.TIER_ENTITY
 DAY = 86_400.0
 START = datetime(2024, 1, 15, 9, tzinfo=UTC).timestamp()
 SECRET = ["Victim enjoys skiing in the Alps", "Victim is allergic to peanuts"]
@@ -51,8 +51,8 @@ async def add(s: RunningServer, sc: pb.Scope, tier: int, content: str, **kw: Any
 
 async def fill(s: RunningServer, clock: MovableClock, user: str) -> None:
     """Every kind of place a user's memories live: an archived memory, live, soft-deleted
-    and expired long-term memories, a persona fact, an episode, a JSON document, two tasks,
-    two sessions (and their durable long-term copies)."""
+    and expired long-term memories, a persona fact, an episode, a JSON document, a relation
+    (and its two entities), two tasks, two sessions (and their durable long-term copies)."""
     await add(s, scope(user), LT, f"{user} archived: {SECRET[0]}")
     clock.advance(400 * DAY)
     await s.stub.Prune(
@@ -72,12 +72,17 @@ async def fill(s: RunningServer, clock: MovableClock, user: str) -> None:
     await add(s, scope(user), PE, f"{user} lives in Lisbon", key="city")
     await add(s, scope(user, agent_id="a"), EP, "", episode=episode(user))
     await add(s, scope(user), SD, "", document_json=json.dumps({"owner": user, "pin": "1234"}))
+    await add(s, scope(user), EN, "", relation=relation(user))
     for task in ["t1", "t2"]:
         await add(s, scope(user, agent_id="a", task_id=task), WK, f"{user} {task}", key="k")
     for session in ["s1", "s2"]:
         await add(s, scope(user, session_id=session), ST, f"{user} said hi in {session}")
     await s.app.copier.drain()
     clock.advance(120)  # the expiring memory is now expired
+
+
+def relation(user: str) -> pb.Relation:
+    return pb.Relation(subject=f"{user} Smith", predicate="banks_with", object="Acme Bank")
 
 
 def episode(user: str) -> pb.Episode:
@@ -123,15 +128,15 @@ async def test_erasure_removes_the_user_everywhere_and_leaves_others_alone(
     # Dry run: counts only.
     dry = await erase(s, user_id, dry_run=True)
     # long-term: archived + live + soft-deleted + expired + 2 message copies.
-    expected = {WK: 2, ST: 2, LT: 6, PE: 1, EP: 1, SD: 1}
+    expected = {WK: 2, ST: 2, LT: 6, PE: 1, EP: 1, EN: 3, SD: 1}
     assert dry.dry_run and {c.tier: c.count for c in dry.per_tier} == expected
-    assert len(await everything(s, user_id)) == 13
+    assert len(await everything(s, user_id)) == 16
     assert not (data / "audit" / "erasures.jsonl").exists()
 
     reply = await erase(s, user_id)
 
     assert not reply.dry_run and {c.tier: c.count for c in reply.per_tier} == expected
-    assert reply.deleted_count == 13
+    assert reply.deleted_count == 16
     assert await everything(s, user_id) == []
     for task in ["t1", "t2"]:
         assert await retrieved(s, scope(user_id, agent_id="a", task_id=task), WK) == []
@@ -142,6 +147,7 @@ async def test_erasure_removes_the_user_everywhere_and_leaves_others_alone(
     assert await retrieved(s, scope(user_id), PE) == []
     assert await retrieved(s, scope(user_id), EP, "booked a trip") == []
     assert await retrieved(s, scope(user_id), SD) == []
+    assert await retrieved(s, scope(user_id), EN, "Acme Bank") == []
     assert files_under(data / "archive" / "default" / user_id) == []
     assert not (backups / f"{user_id}.jsonl.gz").exists()
     # The other user keeps everything, archive and backup included.
@@ -159,10 +165,12 @@ async def test_erasure_removes_the_user_everywhere_and_leaves_others_alone(
         "long_term": 6,
         "persona": 1,
         "episodic": 1,
+        "entity": 3,
         "structured": 1,
     }
     assert line["backup_files"] == 1
-    for content in [*SECRET, "Lisbon", "said hi", "soft-deleted", "expiring", "trip", "1234"]:
+    secrets = [*SECRET, "Lisbon", "said hi", "soft-deleted", "expiring", "trip", "1234", "Acme"]
+    for content in secrets:
         assert content not in audit
 
 
@@ -206,20 +214,21 @@ async def test_backup_then_restore_brings_erased_memories_back_with_their_ids(
     await add(s, scope(user_id), PE, "Ana", key="name")
     await add(s, scope(user_id, agent_id="a"), EP, "", episode=episode(user_id))
     await add(s, scope(user_id), SD, "", document_json='{"order": "A-1", "total": 42}')
+    await add(s, scope(user_id), EN, "", relation=relation(user_id))
     before = {i.id: i for i in await everything(s, user_id)}
 
     report = await backup(s.app.engine, s.app.memory, s.app.backups, clock(), 30)
 
-    assert report.users == 1 and report.items == 5
+    assert report.users == 1 and report.items == 8
     path = tmp_path / "data" / "backups" / "2024-01-15" / "default" / f"{user_id}.jsonl.gz"
     lines = backup_lines(path)
     assert lines[0]["memorydBackup"]["userId"] == user_id
     assert "header" in lines[1] and "trailer" in lines[-1]
-    assert int(lines[-1]["trailer"]["itemCount"]) == 5 and lines[-1]["trailer"]["checksumSha256"]
+    assert int(lines[-1]["trailer"]["itemCount"]) == 8 and lines[-1]["trailer"]["checksumSha256"]
     assert lines[-1]["trailer"]["checksumFormat"] == "item-jcs-v1"
     assert {x["item"]["id"] for x in lines[2:-1]} == set(before)
 
-    for tier in [LT, PE, EP, SD]:  # an ordinary prune of each tier, not an erasure
+    for tier in [LT, PE, EP, SD, EN]:  # an ordinary prune of each tier, not an erasure
         await s.stub.Prune(
             pb.PruneRequest(scope=scope(user_id), tiers=[tier], strategy=pb.PRUNE_STRATEGY_ALL)
         )
@@ -227,14 +236,14 @@ async def test_backup_then_restore_brings_erased_memories_back_with_their_ids(
 
     restored = await restore(s.app.engine, s.app.backups, user_id=user_id)
 
-    assert (restored.day, restored.users, restored.imported) == ("2024-01-15", 1, 5)
+    assert (restored.day, restored.users, restored.imported) == ("2024-01-15", 1, 8)
     after = {i.id: i for i in await everything(s, user_id)}
     assert set(after) == set(before)
     for item_id, item in before.items():
         got = after[item_id]
         assert got == item  # content, episode, document, metadata, times, flags
     again = await restore(s.app.engine, s.app.backups, day="2024-01-15")
-    assert (again.imported, again.skipped) == (0, 5)
+    assert (again.imported, again.skipped) == (0, 8)
 
 
 def rewrite_backup(path: Path, lines: list[dict[str, Any]]) -> None:

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-import pytest
 
 from conftest import RunningServer
 from memoryd.transport.export_stream import canonical_item
@@ -141,6 +140,7 @@ async def test_export_has_a_header_every_item_of_every_tier_and_a_trailer(
         pb.TIER_LONG_TERM: 5,
         pb.TIER_PERSONA: 1,
         pb.TIER_EPISODIC: 0,
+        pb.TIER_ENTITY: 0,
         pb.TIER_STRUCTURED: 0,
     }
     assert dump.header.total == len(dump.items) == dump.trailer.item_count == 10
@@ -255,12 +255,8 @@ async def test_import_without_a_user_id_is_refused(memoryd: RunningServer) -> No
     assert "scope.user_id" in bad_request_fields(err)
 
 
-async def test_an_item_of_a_tier_the_server_cannot_store_is_refused(
-    memoryd: RunningServer, user_id: str
-) -> None:
-    items = [
-        pb.MemoryItem(id="1f0e6a3c-0000-4000-8000-000000000001", tier=pb.TIER_ENTITY, content="x")
-    ]
+async def test_an_item_without_a_tier_is_refused(memoryd: RunningServer, user_id: str) -> None:
+    items = [pb.MemoryItem(id="1f0e6a3c-0000-4000-8000-000000000001", content="x")]
     trailer = pb.ExportTrailer(
         item_count=1, checksum_sha256=checksum(items), checksum_format="item-jcs-v1"
     )
@@ -323,12 +319,3 @@ async def test_imported_items_belong_to_the_importing_user(
     assert (await export(memoryd, user_id)).by_id() == mine.by_id()  # A is untouched
     again = await memoryd.stub.Import(stream(other, mine))
     assert (again.imported_count, again.skipped_count) == (0, 10)
-
-
-@pytest.mark.parametrize("tier", [pb.TIER_ENTITY])
-async def test_exporting_a_tier_of_a_later_version_answers_unimplemented(
-    memoryd: RunningServer, user_id: str, tier: int
-) -> None:
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await export(memoryd, user_id, tiers=[tier])
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED

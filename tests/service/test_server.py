@@ -54,15 +54,6 @@ async def test_reflection_is_off_by_default(memoryd: RunningServer) -> None:
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
-async def test_rpcs_of_later_versions_answer_unimplemented_saying_so(
-    memoryd: RunningServer,
-) -> None:
-    request = pb.EndSessionRequest(scope=scope("u", session_id="s"))
-    err = await rpc_error(memoryd.stub.EndSession(request))
-    assert err.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "not implemented" in (err.details() or "")
-
-
 async def test_redis_data_survives_a_server_restart(
     start_server: ServerFactory, redis_server: RedisServer, user_id: str
 ) -> None:

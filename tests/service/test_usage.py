@@ -32,6 +32,7 @@ async def test_a_user_with_nothing_uses_nothing_and_costs_nothing(
         pb.TIER_LONG_TERM,
         pb.TIER_PERSONA,
         pb.TIER_EPISODIC,
+        pb.TIER_ENTITY,
         pb.TIER_STRUCTURED,
     }
     assert all((t.count, t.bytes, t.percent) == (0, 0, 0) for t in reply.tiers)

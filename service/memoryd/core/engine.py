@@ -14,6 +14,8 @@ from memoryd.core.lifecycle.usage import usage_report
 from memoryd.core.models import (
     AddCommand,
     AddResult,
+    EndSessionCommand,
+    EndSessionResult,
     ExportQuery,
     GetResult,
     ImportResult,
@@ -31,6 +33,7 @@ from memoryd.core.models import (
 )
 from memoryd.core.retrieval.render_context import RenderedContext, render_memory_block
 from memoryd.core.retrieval.token_budget import TokenCounter, fit_to_budget
+from memoryd.core.sessions.sessions import Sessions
 from memoryd.core.text import utf8_len
 from memoryd.core.tiers.base import TierHandler
 from memoryd.core.tiers.registry import TIERS, spec
@@ -52,9 +55,10 @@ _MAX_REPORTED_ITEMS = 20
 def _body_problems(tier: Tier, item: AddCommand | MemoryRecord) -> list[FieldViolation]:
     """A structured body (an episode, a JSON document) is only for the tier that owns it."""
     return [
-        FieldViolation(s.body_field, f"is only for the {s.tier.value} tier")
+        FieldViolation(body, f"is only for the {s.tier.value} tier")
         for s in TIERS.values()
-        if s.body_field and s.tier is not tier and getattr(item, s.body_field)
+        for body in s.body_fields
+        if s.tier is not tier and getattr(item, body)
     ]
 
 
@@ -68,8 +72,10 @@ class MemoryEngine:
         usage: UsageSettings | None = None,
         archive: ColdArchive | None = None,
         erasure: Erasure | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self._tiers = dict(tiers)
+        self._sessions = sessions
         self._erasure = erasure
         self._archive = archive
         self._limits = limits
@@ -92,7 +98,7 @@ class MemoryEngine:
     async def add(self, cmd: AddCommand) -> AddResult:
         v = Violations()
         check_scope(v, cmd.scope, self._limits)
-        if not spec(cmd.tier).body_field:
+        if not spec(cmd.tier).body_fields:
             check_content(v, cmd.content, self._limits)
         for problem in _body_problems(cmd.tier, cmd):
             v.add(problem.field, problem.description)
@@ -101,7 +107,19 @@ class MemoryEngine:
         handler = self._tier(cmd.tier)
         handler.check_add(cmd, v)
         v.raise_if_any()
-        return await handler.add(cmd)
+        # An explicit remember/forget in a user message takes effect before it is stored.
+        command = await self._sessions.on_add(cmd) if self._sessions is not None else None
+        result = await handler.add(cmd)
+        result.command = command
+        return result
+
+    async def end_session(self, cmd: EndSessionCommand) -> EndSessionResult:
+        v = Violations()
+        check_scope(v, cmd.scope, self._limits, need_session=True)
+        v.raise_if_any()
+        if self._sessions is None:
+            raise Unimplemented("EndSession (this server has no session support configured)")
+        return await self._sessions.end(cmd)
 
     def _resolve_budget(self, v: Violations, budget: int | None) -> int:
         if budget is None:
@@ -202,7 +220,8 @@ class MemoryEngine:
         check_scope(v, lookup.scope, self._limits)
         check_batch(v, lookup.ids, lookup.keys, self._limits)
         if lookup.keys and not spec(lookup.tier).keyed:
-            keyed = " and ".join(s.tier.value for s in TIERS.values() if s.keyed)
+            *most, last = [s.tier.value for s in TIERS.values() if s.keyed]
+            keyed = f"{', '.join(most)} and {last}" if most else last
             v.add("keys", f"only the {keyed} tiers are addressed by key")
         self._check_tier_scope(v, lookup.tier, lookup.scope)
         v.raise_if_any()
@@ -292,7 +311,7 @@ class MemoryEngine:
         problems += _body_problems(record.tier, record)
         if not record.id or utf8_len(record.id) > self._limits.max_id_bytes:
             problems.append(FieldViolation("id", f"must be 1..{self._limits.max_id_bytes} bytes"))
-        if spec(record.tier).body_field:
+        if spec(record.tier).body_fields:
             pass  # the tier checked the body; the content is derived from it on restore
         elif not record.content.strip():
             problems.append(FieldViolation("content", "must not be empty"))

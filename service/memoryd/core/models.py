@@ -97,6 +97,37 @@ class Episode:
     success: bool = False
 
 
+@dataclass(frozen=True)
+class Relation:
+    """(subject, predicate, object) between entities named by name. Times are epoch
+    seconds; `invalid_at` is set once a newer contradicting relation closed this one."""
+
+    subject: str
+    predicate: str
+    object: str
+    valid_from: float | None = None
+    invalid_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Entity:
+    name: str
+    type: str = ""
+    aliases: tuple[str, ...] = ()
+    description: str = ""
+    # Filled on Retrieve/Get only: the entity's current one-hop relations.
+    relations: tuple[Relation, ...] = ()
+
+
+@dataclass(frozen=True)
+class FactVersion:
+    """A value a persona fact held before it changed."""
+
+    content: str
+    source: Source
+    replaced_at: float
+
+
 @dataclass
 class MemoryRecord:
     """One memory as callers see it. Times are epoch seconds (UTC)."""
@@ -123,6 +154,11 @@ class MemoryRecord:
     episode: Episode | None = None
     # Structured tier: the JSON document (`content` is its readable flattening).
     document_json: str = ""
+    # Entity tier: an entity or a relation (`content` is its readable text).
+    entity: Entity | None = None
+    relation: Relation | None = None
+    # Persona: earlier values of the fact, oldest first.
+    history: tuple[FactVersion, ...] = ()
 
 
 @dataclass
@@ -140,6 +176,8 @@ class AddCommand:
     auto_prune: bool = False
     episode: Episode | None = None
     document_json: str = ""
+    entity: Entity | None = None
+    relation: Relation | None = None
 
     def new_record(
         self,
@@ -172,6 +210,21 @@ class AddCommand:
         )
 
 
+class CommandAction(StrEnum):
+    REMEMBER = "remember"
+    FORGET = "forget"
+
+
+@dataclass
+class CommandOutcome:
+    """What an explicit remember/forget command in a user message did."""
+
+    action: CommandAction
+    subject: str
+    facts: list[MemoryRecord] = field(default_factory=list)
+    operation: Operation | None = None
+
+
 @dataclass
 class AddResult:
     memory_id: str
@@ -179,6 +232,7 @@ class AddResult:
     tier: Tier
     quota_remaining: int
     evicted_keys: list[str] = field(default_factory=list)
+    command: CommandOutcome | None = None
 
 
 @dataclass
@@ -290,3 +344,24 @@ class UsageReport:
 class ImportResult:
     imported_count: int = 0
     skipped_count: int = 0
+
+
+@dataclass
+class EndSessionCommand:
+    scope: Scope
+    # None: extract when an extractor is configured; False: never.
+    extract: bool | None = None
+    auto_prune: bool = False
+
+
+@dataclass
+class EndSessionResult:
+    messages_processed: int = 0
+    facts_extracted: int = 0
+    facts: list[MemoryRecord] = field(default_factory=list)
+    added_ids: list[str] = field(default_factory=list)
+    updated_ids: list[str] = field(default_factory=list)
+    skipped_count: int = 0
+    extraction_skipped: bool = False
+    extraction_skipped_reason: str = ""
+    warnings: list[str] = field(default_factory=list)

@@ -20,3 +20,8 @@ def overlap_score(query_words: set[str], text: str) -> float:
 
 def utf8_len(text: str) -> int:
     return len(text.encode("utf-8"))
+
+
+def snake_key(text: str) -> str:
+    """A key's identity in lower snake case: "Lenguaje preferido" = "lenguaje_preferido"."""
+    return "_".join(w.casefold() for w in _WORD.findall(text))

@@ -12,9 +12,15 @@ from memoryd.core.errors import InvalidArgument
 from memoryd.core.models import (
     AddCommand,
     AddResult,
+    CommandAction,
+    CommandOutcome,
+    EndSessionCommand,
+    EndSessionResult,
+    Entity,
     Episode,
     EpisodeStep,
     ExportQuery,
+    FactVersion,
     GetResult,
     Kind,
     Lookup,
@@ -24,6 +30,7 @@ from memoryd.core.models import (
     PruneCommand,
     PruneResult,
     PruneStrategy,
+    Relation,
     RenderQuery,
     RetrieveQuery,
     RetrieveResult,
@@ -47,6 +54,7 @@ _ENUMS: dict[type[Enum], tuple[Any, str]] = {
     Role: (pb.Role, "ROLE_"),
     Source: (pb.Source, "SOURCE_"),
     PruneStrategy: (pb.PruneStrategy, "PRUNE_STRATEGY_"),
+    CommandAction: (pb.CommandAction, "COMMAND_ACTION_"),
 }
 
 
@@ -137,11 +145,13 @@ def add_command(req: pb.AddRequest, principal: Principal) -> AddCommand:
         auto_prune=req.auto_prune,
         episode=episode_from_proto(req.episode) if req.HasField("episode") else None,
         document_json=req.document_json,
+        entity=entity_from_proto(req.entity) if req.HasField("entity") else None,
+        relation=relation_from_proto(req.relation) if req.HasField("relation") else None,
     )
 
 
 def add_response(result: AddResult, latency_ms: float) -> pb.AddResponse:
-    return pb.AddResponse(
+    response = pb.AddResponse(
         memory_id=result.memory_id,
         operation=enum_to_proto(result.operation),  # type: ignore[arg-type]
         tier=enum_to_proto(result.tier),  # type: ignore[arg-type]
@@ -149,6 +159,9 @@ def add_response(result: AddResult, latency_ms: float) -> pb.AddResponse:
         quota_remaining=result.quota_remaining,
         evicted_keys=result.evicted_keys,
     )
+    if result.command is not None:
+        response.command.CopyFrom(command_outcome(result.command))
+    return response
 
 
 def retrieve_query(req: pb.RetrieveRequest, principal: Principal) -> RetrieveQuery:
@@ -182,9 +195,14 @@ def memory_item(record: MemoryRecord) -> pb.MemoryItem:
         archived=record.archived,
         deleted=record.deleted,
         document_json=record.document_json,
+        history=[fact_version_to_proto(v) for v in record.history],
     )
     if record.episode is not None:
         item.episode.CopyFrom(episode_to_proto(record.episode))
+    if record.entity is not None:
+        item.entity.CopyFrom(entity_to_proto(record.entity))
+    if record.relation is not None:
+        item.relation.CopyFrom(relation_to_proto(record.relation))
     if record.created_at:
         item.created_at.CopyFrom(_timestamp(record.created_at))
     if record.updated_at:
@@ -293,6 +311,16 @@ def record_from_item(item: pb.MemoryItem) -> MemoryRecord:
         deleted=item.deleted,
         episode=episode_from_proto(item.episode) if item.HasField("episode") else None,
         document_json=item.document_json,
+        entity=entity_from_proto(item.entity) if item.HasField("entity") else None,
+        relation=relation_from_proto(item.relation) if item.HasField("relation") else None,
+        history=tuple(
+            FactVersion(
+                content=v.content,
+                source=enum_from_proto(Source, v.source, "item.history.source"),
+                replaced_at=_seconds(v.replaced_at),
+            )
+            for v in item.history
+        ),
     )
 
 
@@ -321,4 +349,89 @@ def usage_response(report: UsageReport) -> pb.UsageResponse:
         ],
         estimated_monthly_cost_usd=report.estimated_monthly_cost_usd,
         quota_profile=report.quota_profile,
+    )
+
+
+def relation_from_proto(relation: pb.Relation) -> Relation:
+    return Relation(
+        subject=relation.subject,
+        predicate=relation.predicate,
+        object=relation.object,
+        valid_from=_seconds(relation.valid_from) if relation.HasField("valid_from") else None,
+        invalid_at=_seconds(relation.invalid_at) if relation.HasField("invalid_at") else None,
+    )
+
+
+def relation_to_proto(relation: Relation) -> pb.Relation:
+    message = pb.Relation(
+        subject=relation.subject, predicate=relation.predicate, object=relation.object
+    )
+    if relation.valid_from is not None:
+        message.valid_from.CopyFrom(_timestamp(relation.valid_from))
+    if relation.invalid_at is not None:
+        message.invalid_at.CopyFrom(_timestamp(relation.invalid_at))
+    return message
+
+
+def entity_from_proto(entity: pb.Entity) -> Entity:
+    return Entity(
+        name=entity.name,
+        type=entity.type,
+        aliases=tuple(entity.aliases),
+        description=entity.description,
+        relations=tuple(relation_from_proto(r) for r in entity.relations),
+    )
+
+
+def entity_to_proto(entity: Entity) -> pb.Entity:
+    return pb.Entity(
+        name=entity.name,
+        type=entity.type,
+        aliases=list(entity.aliases),
+        description=entity.description,
+        relations=[relation_to_proto(r) for r in entity.relations],
+    )
+
+
+def fact_version_to_proto(version: FactVersion) -> pb.FactVersion:
+    message = pb.FactVersion(
+        content=version.content,
+        source=enum_to_proto(version.source),  # type: ignore[arg-type]
+    )
+    message.replaced_at.CopyFrom(_timestamp(version.replaced_at))
+    return message
+
+
+def command_outcome(outcome: CommandOutcome) -> pb.CommandOutcome:
+    message = pb.CommandOutcome(
+        action=enum_to_proto(outcome.action),  # type: ignore[arg-type]
+        subject=outcome.subject,
+        facts=[memory_item(r) for r in outcome.facts],
+    )
+    if outcome.operation is not None:
+        message.operation = enum_to_proto(outcome.operation)  # type: ignore[assignment]
+    return message
+
+
+def end_session_command(req: pb.EndSessionRequest, principal: Principal) -> EndSessionCommand:
+    return EndSessionCommand(
+        scope=scope_from_proto(req.scope, principal),
+        extract=req.extract_facts if req.HasField("extract_facts") else None,
+        auto_prune=req.auto_prune,
+    )
+
+
+def end_session_response(result: EndSessionResult) -> pb.EndSessionResponse:
+    return pb.EndSessionResponse(
+        messages_processed=result.messages_processed,
+        facts_extracted=result.facts_extracted,
+        facts=[memory_item(r) for r in result.facts],
+        added_count=len(result.added_ids),
+        updated_count=len(result.updated_ids),
+        skipped_count=result.skipped_count,
+        added_ids=result.added_ids,
+        updated_ids=result.updated_ids,
+        extraction_skipped=result.extraction_skipped,
+        extraction_skipped_reason=result.extraction_skipped_reason,
+        warnings=result.warnings,
     )

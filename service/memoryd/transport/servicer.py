@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 
 from memoryd.core.engine import MemoryEngine
-from memoryd.core.errors import InvalidArgument, Unimplemented
+from memoryd.core.errors import InvalidArgument
 from memoryd.transport import convert, export_stream
 from memoryd.transport.interceptors import CallContext
 from memoryd.v1 import memory_pb2 as pb
@@ -96,4 +96,5 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     async def EndSession(
         self, request: pb.EndSessionRequest, context: Context
     ) -> pb.EndSessionResponse:
-        raise Unimplemented("EndSession")
+        command = convert.end_session_command(request, self._calls.principal())
+        return convert.end_session_response(await self._engine.end_session(command))

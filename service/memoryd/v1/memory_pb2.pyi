@@ -161,6 +161,27 @@ SOURCE_AUTO: Source.ValueType  # 2
 """Inferred, e.g. extracted from a conversation."""
 Global___Source: _TypeAlias = Source  # noqa: Y015
 
+class _CommandAction:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CommandActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CommandAction.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    COMMAND_ACTION_UNSPECIFIED: _CommandAction.ValueType  # 0
+    COMMAND_ACTION_REMEMBER: _CommandAction.ValueType  # 1
+    """"remember that ..." / "recordá que ...": a persona fact with source explicit."""
+    COMMAND_ACTION_FORGET: _CommandAction.ValueType  # 2
+    """"forget ..." / "olvidate de ...": the matching persona facts were deleted."""
+
+class CommandAction(_CommandAction, metaclass=_CommandActionEnumTypeWrapper): ...
+
+COMMAND_ACTION_UNSPECIFIED: CommandAction.ValueType  # 0
+COMMAND_ACTION_REMEMBER: CommandAction.ValueType  # 1
+""""remember that ..." / "recordá que ...": a persona fact with source explicit."""
+COMMAND_ACTION_FORGET: CommandAction.ValueType  # 2
+""""forget ..." / "olvidate de ...": the matching persona facts were deleted."""
+Global___CommandAction: _TypeAlias = CommandAction  # noqa: Y015
+
 class _PruneStrategy:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -287,30 +308,145 @@ Global___Episode: _TypeAlias = Episode  # noqa: Y015
 
 @_typing.final
 class Relation(_message.Message):
-    """A (subject, predicate, object) relation between entities."""
+    """A (subject, predicate, object) relation between entities, named by their names."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     SUBJECT_FIELD_NUMBER: _builtins.int
     PREDICATE_FIELD_NUMBER: _builtins.int
     OBJECT_FIELD_NUMBER: _builtins.int
+    VALID_FROM_FIELD_NUMBER: _builtins.int
+    INVALID_AT_FIELD_NUMBER: _builtins.int
     subject: _builtins.str
     predicate: _builtins.str
     object: _builtins.str
+    @_builtins.property
+    def valid_from(self) -> _timestamp_pb2.Timestamp:
+        """When the relation became true; unset on Add means now."""
+
+    @_builtins.property
+    def invalid_at(self) -> _timestamp_pb2.Timestamp:
+        """When it stopped being true: set when a newer contradicting relation (same subject and
+        predicate, another object) closed it. Unset while it holds.
+        """
+
     def __init__(
         self,
         *,
         subject: _builtins.str = ...,
         predicate: _builtins.str = ...,
         object: _builtins.str = ...,
+        valid_from: _timestamp_pb2.Timestamp | None = ...,
+        invalid_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["invalid_at", b"invalid_at", "valid_from", b"valid_from"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["object", b"object", "predicate", b"predicate", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["invalid_at", b"invalid_at", "object", b"object", "predicate", b"predicate", "subject", b"subject", "valid_from", b"valid_from"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Relation: _TypeAlias = Relation  # noqa: Y015
+
+@_typing.final
+class Entity(_message.Message):
+    """An entity of the entity tier: a person, organisation, place, project..."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    ALIASES_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    RELATIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Unique per user (case and spacing aside); an Add naming a known name or alias merges."""
+    type: _builtins.str
+    description: _builtins.str
+    @_builtins.property
+    def aliases(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def relations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Relation]:
+        """Retrieve and Get: the entity's current one-hop relations (never stored with it)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        type: _builtins.str = ...,
+        aliases: _abc.Iterable[_builtins.str] | None = ...,
+        description: _builtins.str = ...,
+        relations: _abc.Iterable[Global___Relation] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aliases", b"aliases", "description", b"description", "name", b"name", "relations", b"relations", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Entity: _TypeAlias = Entity  # noqa: Y015
+
+@_typing.final
+class FactVersion(_message.Message):
+    """A value a persona fact held before it was changed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTENT_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    REPLACED_AT_FIELD_NUMBER: _builtins.int
+    content: _builtins.str
+    source: Global___Source.ValueType
+    @_builtins.property
+    def replaced_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        content: _builtins.str = ...,
+        source: Global___Source.ValueType = ...,
+        replaced_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["replaced_at", b"replaced_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "replaced_at", b"replaced_at", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FactVersion: _TypeAlias = FactVersion  # noqa: Y015
+
+@_typing.final
+class CommandOutcome(_message.Message):
+    """What an explicit command in a user message did, at once, when the message was added."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTION_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    FACTS_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    action: Global___CommandAction.ValueType
+    subject: _builtins.str
+    """What the command is about, as understood ("I prefer TypeScript", "mi trabajo")."""
+    operation: Global___Operation.ValueType
+    """REMEMBER: ADD, DEDUPLICATED, or UPDATED (an extracted fact of that key now holds it)."""
+    @_builtins.property
+    def facts(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryItem]:
+        """REMEMBER: the fact saved. FORGET: the facts deleted (none when nothing matched)."""
+
+    def __init__(
+        self,
+        *,
+        action: Global___CommandAction.ValueType = ...,
+        subject: _builtins.str = ...,
+        facts: _abc.Iterable[Global___MemoryItem] | None = ...,
+        operation: Global___Operation.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "facts", b"facts", "operation", b"operation", "subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommandOutcome: _TypeAlias = CommandOutcome  # noqa: Y015
 
 @_typing.final
 class MemoryItem(_message.Message):
@@ -357,6 +493,8 @@ class MemoryItem(_message.Message):
     DOCUMENT_JSON_FIELD_NUMBER: _builtins.int
     ARCHIVED_FIELD_NUMBER: _builtins.int
     DELETED_FIELD_NUMBER: _builtins.int
+    ENTITY_FIELD_NUMBER: _builtins.int
+    HISTORY_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     tier: Global___Tier.ValueType
     kind: Global___Kind.ValueType
@@ -395,6 +533,16 @@ class MemoryItem(_message.Message):
 
     @_builtins.property
     def relation(self) -> Global___Relation: ...
+    @_builtins.property
+    def entity(self) -> Global___Entity:
+        """Entity tier: the entity (`content` is its text; on Retrieve and Get followed by its
+        current relations, one per line). Relations carry `relation` instead.
+        """
+
+    @_builtins.property
+    def history(self) -> _containers.RepeatedCompositeFieldContainer[Global___FactVersion]:
+        """Persona: the values this fact held before, oldest first."""
+
     def __init__(
         self,
         *,
@@ -419,10 +567,12 @@ class MemoryItem(_message.Message):
         document_json: _builtins.str = ...,
         archived: _builtins.bool = ...,
         deleted: _builtins.bool = ...,
+        entity: Global___Entity | None = ...,
+        history: _abc.Iterable[Global___FactVersion] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "episode", b"episode", "expires_at", b"expires_at", "relation", b"relation", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "relation", b"relation", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "archived", b"archived", "content", b"content", "created_at", b"created_at", "deleted", b"deleted", "document_json", b"document_json", "episode", b"episode", "expires_at", b"expires_at", "id", b"id", "importance", b"importance", "key", b"key", "kind", b"kind", "metadata", b"metadata", "relation", b"relation", "role", b"role", "score", b"score", "session_id", b"session_id", "source", b"source", "task_id", b"task_id", "tier", b"tier", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "archived", b"archived", "content", b"content", "created_at", b"created_at", "deleted", b"deleted", "document_json", b"document_json", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "history", b"history", "id", b"id", "importance", b"importance", "key", b"key", "kind", b"kind", "metadata", b"metadata", "relation", b"relation", "role", b"role", "score", b"score", "session_id", b"session_id", "source", b"source", "task_id", b"task_id", "tier", b"tier", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -466,6 +616,7 @@ class AddRequest(_message.Message):
     EPISODE_FIELD_NUMBER: _builtins.int
     RELATION_FIELD_NUMBER: _builtins.int
     DOCUMENT_JSON_FIELD_NUMBER: _builtins.int
+    ENTITY_FIELD_NUMBER: _builtins.int
     tier: Global___Tier.ValueType
     content: _builtins.str
     kind: Global___Kind.ValueType
@@ -490,7 +641,15 @@ class AddRequest(_message.Message):
         """Episodic tier: required there (with scope.agent_id), 1..50 steps; leave `content` empty."""
 
     @_builtins.property
-    def relation(self) -> Global___Relation: ...
+    def relation(self) -> Global___Relation:
+        """Entity tier: a relation between entities named by name (missing ones are created), or
+        `entity`; leave `content` empty.
+        """
+
+    @_builtins.property
+    def entity(self) -> Global___Entity:
+        """Entity tier: an entity (or `relation`); leave `content` empty."""
+
     def __init__(
         self,
         *,
@@ -508,10 +667,11 @@ class AddRequest(_message.Message):
         episode: Global___Episode | None = ...,
         relation: Global___Relation | None = ...,
         document_json: _builtins.str = ...,
+        entity: Global___Entity | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "episode", b"episode", "expires_at", b"expires_at", "importance", b"importance", "relation", b"relation", "scope", b"scope"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "importance", b"importance", "relation", b"relation", "scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "auto_prune", b"auto_prune", "content", b"content", "document_json", b"document_json", "episode", b"episode", "expires_at", b"expires_at", "importance", b"importance", "key", b"key", "kind", b"kind", "metadata", b"metadata", "relation", b"relation", "role", b"role", "scope", b"scope", "source", b"source", "tier", b"tier"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "auto_prune", b"auto_prune", "content", b"content", "document_json", b"document_json", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "importance", b"importance", "key", b"key", "kind", b"kind", "metadata", b"metadata", "relation", b"relation", "role", b"role", "scope", b"scope", "source", b"source", "tier", b"tier"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -529,6 +689,7 @@ class AddResponse(_message.Message):
     LATENCY_MS_FIELD_NUMBER: _builtins.int
     QUOTA_REMAINING_FIELD_NUMBER: _builtins.int
     EVICTED_KEYS_FIELD_NUMBER: _builtins.int
+    COMMAND_FIELD_NUMBER: _builtins.int
     memory_id: _builtins.str
     operation: Global___Operation.ValueType
     tier: Global___Tier.ValueType
@@ -540,6 +701,10 @@ class AddResponse(_message.Message):
     def evicted_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Working tier: keys evicted (least recently used) to make room."""
 
+    @_builtins.property
+    def command(self) -> Global___CommandOutcome:
+        """Short-term tier: set when the user message was an explicit remember/forget command."""
+
     def __init__(
         self,
         *,
@@ -549,10 +714,11 @@ class AddResponse(_message.Message):
         latency_ms: _builtins.float = ...,
         quota_remaining: _builtins.int = ...,
         evicted_keys: _abc.Iterable[_builtins.str] | None = ...,
+        command: Global___CommandOutcome | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["command", b"command"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["evicted_keys", b"evicted_keys", "latency_ms", b"latency_ms", "memory_id", b"memory_id", "operation", b"operation", "quota_remaining", b"quota_remaining", "tier", b"tier"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["command", b"command", "evicted_keys", b"evicted_keys", "latency_ms", b"latency_ms", "memory_id", b"memory_id", "operation", b"operation", "quota_remaining", b"quota_remaining", "tier", b"tier"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -602,7 +768,7 @@ class RetrieveRequest(_message.Message):
     @_builtins.property
     def tiers(self) -> _containers.RepeatedScalarFieldContainer[Global___Tier.ValueType]:
         """Empty means the tiers the scope allows: working (with task_id), short-term (with
-        session_id), long-term, persona, episodic and structured.
+        session_id), long-term, persona, episodic, entity and structured.
         """
 
     @_builtins.property
@@ -692,7 +858,7 @@ class GetRequest(_message.Message):
     def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Working and persona only."""
+        """Working and persona keys; entity names."""
 
     def __init__(
         self,
@@ -751,7 +917,7 @@ class DeleteRequest(_message.Message):
     def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Working and persona only."""
+        """Working and persona keys; entity names (an entity goes with its relations)."""
 
     def __init__(
         self,
@@ -1283,21 +1449,34 @@ class EndSessionRequest(_message.Message):
 
     SCOPE_FIELD_NUMBER: _builtins.int
     EXTRACT_FACTS_FIELD_NUMBER: _builtins.int
+    AUTO_PRUNE_FIELD_NUMBER: _builtins.int
     extract_facts: _builtins.bool
-    """Extract facts from the session's messages into long-term memory."""
+    """Extract facts, entities, relations and a summary from the session's messages (with the
+    server's extractor). Unset means yes when the server has an extractor; false skips
+    extraction (the messages are still cleared).
+    """
+    auto_prune: _builtins.bool
+    """On a full entity or episodic tier, drop its oldest 10% instead of skipping what does
+    not fit.
+    """
     @_builtins.property
-    def scope(self) -> Global___Scope: ...
+    def scope(self) -> Global___Scope:
+        """user_id and session_id are required."""
+
     def __init__(
         self,
         *,
         scope: Global___Scope | None = ...,
-        extract_facts: _builtins.bool = ...,
+        extract_facts: _builtins.bool | None = ...,
+        auto_prune: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_extract_facts", b"_extract_facts", "extract_facts", b"extract_facts", "scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["extract_facts", b"extract_facts", "scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_extract_facts", b"_extract_facts", "auto_prune", b"auto_prune", "extract_facts", b"extract_facts", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__extract_facts: _TypeAlias = _typing.Literal["extract_facts"]  # noqa: Y015
+    _WhichOneofArgType__extract_facts: _TypeAlias = _typing.Literal["_extract_facts", b"_extract_facts"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__extract_facts) -> _WhichOneofReturnType__extract_facts | None: ...
 
 Global___EndSessionRequest: _TypeAlias = EndSessionRequest  # noqa: Y015
 
@@ -1308,20 +1487,63 @@ class EndSessionResponse(_message.Message):
     MESSAGES_PROCESSED_FIELD_NUMBER: _builtins.int
     FACTS_EXTRACTED_FIELD_NUMBER: _builtins.int
     FACTS_FIELD_NUMBER: _builtins.int
+    ADDED_COUNT_FIELD_NUMBER: _builtins.int
+    UPDATED_COUNT_FIELD_NUMBER: _builtins.int
+    SKIPPED_COUNT_FIELD_NUMBER: _builtins.int
+    ADDED_IDS_FIELD_NUMBER: _builtins.int
+    UPDATED_IDS_FIELD_NUMBER: _builtins.int
+    EXTRACTION_SKIPPED_FIELD_NUMBER: _builtins.int
+    EXTRACTION_SKIPPED_REASON_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
     messages_processed: _builtins.int
+    """The session's messages read (and, unless the server keeps them, cleared)."""
     facts_extracted: _builtins.int
+    """Facts the extractor returned at or above the confidence threshold."""
+    added_count: _builtins.int
+    """Items written for the first time: facts, entities, relations, the episode summary."""
+    updated_count: _builtins.int
+    """Items changed: facts whose value changed (the old value stays in their history),
+    entities that learnt something, relations that replaced a contradicted one.
+    """
+    skipped_count: _builtins.int
+    """Items already known, explicit facts an extracted one may not overwrite, facts the
+    session asked to forget, and items that did not fit a full tier.
+    """
+    extraction_skipped: _builtins.bool
+    """True when no extraction ran: the server has no extractor, the request said not to, or
+    the session had nothing to extract from. `extraction_skipped_reason` says which.
+    """
+    extraction_skipped_reason: _builtins.str
     @_builtins.property
-    def facts(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryItem]: ...
+    def facts(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryItem]:
+        """The persona facts this call added or updated."""
+
+    @_builtins.property
+    def added_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def updated_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Why items were skipped beyond being known already (e.g. a full tier)."""
+
     def __init__(
         self,
         *,
         messages_processed: _builtins.int = ...,
         facts_extracted: _builtins.int = ...,
         facts: _abc.Iterable[Global___MemoryItem] | None = ...,
+        added_count: _builtins.int = ...,
+        updated_count: _builtins.int = ...,
+        skipped_count: _builtins.int = ...,
+        added_ids: _abc.Iterable[_builtins.str] | None = ...,
+        updated_ids: _abc.Iterable[_builtins.str] | None = ...,
+        extraction_skipped: _builtins.bool = ...,
+        extraction_skipped_reason: _builtins.str = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["facts", b"facts", "facts_extracted", b"facts_extracted", "messages_processed", b"messages_processed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_count", b"added_count", "added_ids", b"added_ids", "extraction_skipped", b"extraction_skipped", "extraction_skipped_reason", b"extraction_skipped_reason", "facts", b"facts", "facts_extracted", b"facts_extracted", "messages_processed", b"messages_processed", "skipped_count", b"skipped_count", "updated_count", b"updated_count", "updated_ids", b"updated_ids", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -112,14 +112,14 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Get(self, request, context):
-        """Fetch memories by id (or by key for working and persona).
+        """Fetch memories by id (or by key for working and persona, by name for entities).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Delete(self, request, context):
-        """Delete memories by id (or by key for working and persona).
+        """Delete memories by id (or by key for working and persona, by name for entities).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -161,7 +161,8 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def EndSession(self, request, context):
-        """Close a session: extract facts from its messages, clear its hot state.
+        """Close a session: extract facts, entities and a summary from its messages, clear its
+        hot state. Idempotent: ending a session again adds nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -42,9 +42,9 @@ class MemoryServiceStub:
     Retrieve: _grpc.UnaryUnaryMultiCallable[_memory_pb2.RetrieveRequest, _memory_pb2.RetrieveResponse]
     """Retrieve relevant memories from one or more tiers."""
     Get: _grpc.UnaryUnaryMultiCallable[_memory_pb2.GetRequest, _memory_pb2.GetResponse]
-    """Fetch memories by id (or by key for working and persona)."""
+    """Fetch memories by id (or by key for working and persona, by name for entities)."""
     Delete: _grpc.UnaryUnaryMultiCallable[_memory_pb2.DeleteRequest, _memory_pb2.DeleteResponse]
-    """Delete memories by id (or by key for working and persona)."""
+    """Delete memories by id (or by key for working and persona, by name for entities)."""
     Prune: _grpc.UnaryUnaryMultiCallable[_memory_pb2.PruneRequest, _memory_pb2.PruneResponse]
     """Remove or archive memories in bulk by a strategy."""
     Export: _grpc.UnaryStreamMultiCallable[_memory_pb2.ExportRequest, _memory_pb2.ExportResponse]
@@ -56,7 +56,9 @@ class MemoryServiceStub:
     RenderContext: _grpc.UnaryUnaryMultiCallable[_memory_pb2.RenderContextRequest, _memory_pb2.RenderContextResponse]
     """The <memory> block for a system prompt, within a token budget."""
     EndSession: _grpc.UnaryUnaryMultiCallable[_memory_pb2.EndSessionRequest, _memory_pb2.EndSessionResponse]
-    """Close a session: extract facts from its messages, clear its hot state."""
+    """Close a session: extract facts, entities and a summary from its messages, clear its
+    hot state. Idempotent: ending a session again adds nothing.
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -72,9 +74,9 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     Retrieve: _aio.UnaryUnaryMultiCallable[_memory_pb2.RetrieveRequest, _memory_pb2.RetrieveResponse]  # type: ignore[assignment]
     """Retrieve relevant memories from one or more tiers."""
     Get: _aio.UnaryUnaryMultiCallable[_memory_pb2.GetRequest, _memory_pb2.GetResponse]  # type: ignore[assignment]
-    """Fetch memories by id (or by key for working and persona)."""
+    """Fetch memories by id (or by key for working and persona, by name for entities)."""
     Delete: _aio.UnaryUnaryMultiCallable[_memory_pb2.DeleteRequest, _memory_pb2.DeleteResponse]  # type: ignore[assignment]
-    """Delete memories by id (or by key for working and persona)."""
+    """Delete memories by id (or by key for working and persona, by name for entities)."""
     Prune: _aio.UnaryUnaryMultiCallable[_memory_pb2.PruneRequest, _memory_pb2.PruneResponse]  # type: ignore[assignment]
     """Remove or archive memories in bulk by a strategy."""
     Export: _aio.UnaryStreamMultiCallable[_memory_pb2.ExportRequest, _memory_pb2.ExportResponse]  # type: ignore[assignment]
@@ -86,7 +88,9 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     RenderContext: _aio.UnaryUnaryMultiCallable[_memory_pb2.RenderContextRequest, _memory_pb2.RenderContextResponse]  # type: ignore[assignment]
     """The <memory> block for a system prompt, within a token budget."""
     EndSession: _aio.UnaryUnaryMultiCallable[_memory_pb2.EndSessionRequest, _memory_pb2.EndSessionResponse]  # type: ignore[assignment]
-    """Close a session: extract facts from its messages, clear its hot state."""
+    """Close a session: extract facts, entities and a summary from its messages, clear its
+    hot state. Idempotent: ending a session again adds nothing.
+    """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     """MemoryService stores what agents learn and retrieves what is relevant, across tiers.
@@ -117,7 +121,7 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _memory_pb2.GetRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_memory_pb2.GetResponse, _abc.Awaitable[_memory_pb2.GetResponse]]:
-        """Fetch memories by id (or by key for working and persona)."""
+        """Fetch memories by id (or by key for working and persona, by name for entities)."""
 
     @_abc_1.abstractmethod
     def Delete(
@@ -125,7 +129,7 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _memory_pb2.DeleteRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_memory_pb2.DeleteResponse, _abc.Awaitable[_memory_pb2.DeleteResponse]]:
-        """Delete memories by id (or by key for working and persona)."""
+        """Delete memories by id (or by key for working and persona, by name for entities)."""
 
     @_abc_1.abstractmethod
     def Prune(
@@ -173,6 +177,8 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _memory_pb2.EndSessionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_memory_pb2.EndSessionResponse, _abc.Awaitable[_memory_pb2.EndSessionResponse]]:
-        """Close a session: extract facts from its messages, clear its hot state."""
+        """Close a session: extract facts, entities and a summary from its messages, clear its
+        hot state. Idempotent: ending a session again adds nothing.
+        """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -12,9 +12,9 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from memoryd.core.models import Kind, MemoryRecord, Role, Scope, Source, Tier
+from memoryd.core.models import FactVersion, Kind, MemoryRecord, Role, Scope, Source, Tier
 from memoryd.core.text import utf8_len
-from memoryd.core.tiers.bodies import body_payload, document_of, episode_of
+from memoryd.core.tiers.bodies import body_payload, document_of, entity_of, episode_of, relation_of
 
 
 def content_hash(scope: Scope, tier: Tier, key: str, content: str) -> str:
@@ -59,7 +59,24 @@ def to_payload(
         payload["compressed"] = False
         payload["stored_size"] = len(raw)
     payload.update(body_payload(record, compress_over_bytes))
+    if record.history:
+        payload["history"] = [
+            {"content": v.content, "source": v.source.value, "replaced_at": v.replaced_at}
+            for v in record.history
+        ]
     return payload
+
+
+def history_of(payload: Mapping[str, Any]) -> tuple[FactVersion, ...]:
+    return tuple(
+        FactVersion(
+            content=str(v.get("content", "")),
+            source=Source(v.get("source", Source.UNSPECIFIED.value)),
+            replaced_at=float(v.get("replaced_at", 0.0)),
+        )
+        for v in payload.get("history") or []
+        if isinstance(v, dict)
+    )
 
 
 def content_of(payload: Mapping[str, Any]) -> str:
@@ -90,6 +107,9 @@ def from_payload(point_id: str, payload: dict[str, Any], score: float = 0.0) -> 
         deleted=bool(payload.get("deleted", False)),
         episode=episode_of(payload),
         document_json=document_of(payload),
+        entity=entity_of(payload),
+        relation=relation_of(payload),
+        history=history_of(payload),
     )
 
 

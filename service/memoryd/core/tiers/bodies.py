@@ -1,7 +1,7 @@
-"""The structured bodies some memories carry: an episode (episodic tier) or a JSON
-document (structured tier). Here they are checked, rendered as the readable text that is
-embedded, searched and returned as `content`, and laid out in payloads and archive
-entries.
+"""The structured bodies some memories carry: an episode (episodic tier), a JSON
+document (structured tier), or an entity or relation (entity tier). Here they are
+checked, rendered as the readable text that is embedded, searched and returned as
+`content`, and laid out in payloads and archive entries.
 
 A document's top-level scalar fields are also kept as strings (`document_fields`), so
 Retrieve/Prune filters can match them: strings as they are, other scalars as written in
@@ -18,7 +18,7 @@ import zlib
 from typing import Any
 
 from memoryd.core.errors import FieldViolation
-from memoryd.core.models import Episode, EpisodeStep, MemoryRecord
+from memoryd.core.models import Entity, Episode, EpisodeStep, MemoryRecord, Relation
 from memoryd.core.text import utf8_len
 
 # Payload field holding a document's filterable top-level scalars.
@@ -182,11 +182,154 @@ def field_filter_key(name: str) -> str:
     return f"{DOCUMENT_FIELDS}.{name}"
 
 
+# --------------------------------------------------------------------------- entities
+
+# Payload fields of the entity tier: an entity's name keys (its name and aliases), and a
+# relation's ends (the keys of the entities it links) and validity.
+NAMES_FIELD = "names"
+SUBJECT_KEY = "subject_key"
+OBJECT_KEY = "object_key"
+PREDICATE_KEY = "predicate_key"
+VALID_FROM = "valid_from"
+INVALID_AT = "invalid_at"
+
+MAX_ALIASES = 32
+MAX_TYPE_BYTES = 64
+_WORD_SEPARATORS = re.compile(r"[\s\-]+")
+
+
+def name_key(name: str) -> str:
+    """The identity of an entity name: case and spacing aside ("Acme  Corp" = "acme corp")."""
+    return " ".join(name.split()).casefold()
+
+
+def predicate_key(predicate: str) -> str:
+    """A predicate's identity: "Works at" and "works_at" are the same predicate."""
+    return "_".join(p for p in _WORD_SEPARATORS.split(predicate.strip().casefold()) if p)
+
+
+def render_entity(entity: Entity) -> str:
+    """`Name (type): description`, then its aliases: what is embedded and returned."""
+    head = f"{entity.name} ({entity.type})" if entity.type else entity.name
+    lines = [f"{head}: {entity.description}" if entity.description else head]
+    if entity.aliases:
+        lines.append(f"Also known as: {', '.join(entity.aliases)}")
+    return "\n".join(lines)
+
+
+def render_relation(relation: Relation) -> str:
+    """ "Ana works at Acme": the predicate's underscores read as spaces."""
+    return f"{relation.subject} {relation.predicate.replace('_', ' ')} {relation.object}"
+
+
+def _name_problems(field: str, value: str, max_bytes: int, what: str = "") -> list[FieldViolation]:
+    if not value.strip():
+        return [FieldViolation(field, f"must not be empty{what}")]
+    if utf8_len(value) > max_bytes:
+        return [FieldViolation(field, f"is over {max_bytes} bytes")]
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return [FieldViolation(field, "must not contain control characters")]
+    return []
+
+
+def entity_problems(
+    entity: Entity, max_name_bytes: int, max_bytes: int, field: str = "entity"
+) -> list[FieldViolation]:
+    problems = _name_problems(f"{field}.name", entity.name, max_name_bytes)
+    if utf8_len(entity.type) > MAX_TYPE_BYTES:
+        problems.append(FieldViolation(f"{field}.type", f"is over {MAX_TYPE_BYTES} bytes"))
+    if len(entity.aliases) > MAX_ALIASES:
+        problems.append(FieldViolation(f"{field}.aliases", f"at most {MAX_ALIASES} aliases"))
+    for i, alias in enumerate(entity.aliases[:MAX_ALIASES]):
+        problems += _name_problems(f"{field}.aliases[{i}]", alias, max_name_bytes)
+    if not problems and (size := utf8_len(render_entity(entity))) > max_bytes:
+        problems.append(
+            FieldViolation(field, f"is {size:,} bytes once rendered; the limit is {max_bytes:,}")
+        )
+    return problems
+
+
+def relation_problems(
+    relation: Relation, max_name_bytes: int, field: str = "relation"
+) -> list[FieldViolation]:
+    problems: list[FieldViolation] = []
+    for part in ("subject", "predicate", "object"):
+        problems += _name_problems(f"{field}.{part}", getattr(relation, part), max_name_bytes)
+    if problems == [] and not predicate_key(relation.predicate):
+        problems.append(FieldViolation(f"{field}.predicate", "must hold a word"))
+    start, end = relation.valid_from, relation.invalid_at
+    if start is not None and end is not None and end <= start:
+        problems.append(FieldViolation(f"{field}.invalid_at", "must be after valid_from"))
+    return problems
+
+
+def entity_to_dict(entity: Entity) -> dict[str, Any]:
+    return {
+        "name": entity.name,
+        "type": entity.type,
+        "aliases": list(entity.aliases),
+        "description": entity.description,
+    }
+
+
+def entity_of(payload: dict[str, Any]) -> Entity | None:
+    data = payload.get("entity")
+    if not isinstance(data, dict):
+        return None
+    return Entity(
+        name=str(data.get("name", "")),
+        type=str(data.get("type", "")),
+        aliases=tuple(str(a) for a in data.get("aliases") or []),
+        description=str(data.get("description", "")),
+    )
+
+
+def relation_of(payload: dict[str, Any]) -> Relation | None:
+    data = payload.get("relation")
+    if not isinstance(data, dict):
+        return None
+    start, end = payload.get(VALID_FROM), payload.get(INVALID_AT)
+    return Relation(
+        subject=str(data.get("subject", "")),
+        predicate=str(data.get("predicate", "")),
+        object=str(data.get("object", "")),
+        valid_from=float(start) if start is not None else None,
+        invalid_at=float(end) if end is not None else None,
+    )
+
+
+def _entity_payload(record: MemoryRecord) -> dict[str, Any]:
+    payload: dict[str, Any] = {}
+    if record.entity is not None:
+        entity = record.entity
+        payload["entity"] = entity_to_dict(entity)
+        payload[NAMES_FIELD] = list(
+            dict.fromkeys(name_key(n) for n in (entity.name, *entity.aliases))
+        )
+    if record.relation is not None:
+        relation = record.relation
+        payload["relation"] = {
+            "subject": relation.subject,
+            "predicate": relation.predicate,
+            "object": relation.object,
+        }
+        payload[SUBJECT_KEY] = name_key(relation.subject)
+        payload[OBJECT_KEY] = name_key(relation.object)
+        payload[PREDICATE_KEY] = predicate_key(relation.predicate)
+        payload[VALID_FROM] = (
+            relation.valid_from if relation.valid_from is not None else record.created_at
+        )
+        if relation.invalid_at is not None:
+            payload[INVALID_AT] = relation.invalid_at
+    return payload
+
+
 # --------------------------------------------------------------------------- payloads
 
 
 def body_payload(record: MemoryRecord, compress_over_bytes: int) -> dict[str, Any]:
-    """Payload fields of the record's episode or document (none for other memories).
+    """Payload fields of the record's episode, document, entity or relation (none for
+    other memories).
     A document's `size` is its JSON's bytes: what the structured tier's quota counts."""
     payload: dict[str, Any] = {}
     if record.episode is not None:
@@ -202,6 +345,7 @@ def body_payload(record: MemoryRecord, compress_over_bytes: int) -> dict[str, An
             payload[DOCUMENT_FIELDS] = document_fields(parse_document(record.document_json))
         except ValueError:
             payload[DOCUMENT_FIELDS] = {}  # checked before any write; never filterable
+    payload.update(_entity_payload(record))
     return payload
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from memoryd.core.errors import FieldViolation
+from memoryd.core.errors import FieldViolation, QuotaExceeded
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.quotas import add_scope, quota_full
 from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
@@ -19,9 +19,11 @@ from memoryd.core.memory.vector_memory import PAGE_SIZE, NewPoint, VectorMemory
 from memoryd.core.models import (
     AddCommand,
     AddResult,
+    Episode,
     Kind,
     MemoryRecord,
     Scope,
+    Source,
     Tier,
     TierUsage,
 )
@@ -83,6 +85,59 @@ class EpisodicTier(ArchivingVectorTier):
         ttl_date = record.created_at + self._settings.ttl_days * DAY_S
         return record.expires_at >= ttl_date - _EARLY_S
 
+    def _full(self, scope: Scope) -> QuotaExceeded:
+        limit = self._settings.max_episodes_per_agent
+        return quota_full(
+            f"episodic:{scope.user_id}/{scope.agent_id}",
+            "episodic.max_episodes_per_agent",
+            limit,
+            f"episodic memory of agent {scope.agent_id!r} is full (max: {limit:,} "
+            "episodes per agent); delete old episodes or upgrade your plan",
+        )
+
+    async def add_summary(
+        self,
+        scope: Scope,
+        point_id: str,
+        episode: Episode,
+        *,
+        auto_prune: bool = False,
+        metadata: dict[str, str] | None = None,
+    ) -> MemoryRecord | None:
+        """An episode memoryd writes itself (a session's summary, source auto) under an id
+        derived from what it summarises: None when that id is stored already, so writing
+        it again changes nothing."""
+        of_agent = self._of_agent(scope)
+        async with self._locks((scope.tenant, scope.user_id, scope.agent_id)):
+            if await self._memory.call(self._memory.store.retrieve, [point_id]):
+                return None
+            await self._make_room(
+                of_agent,
+                await self._count(of_agent),
+                self._settings.max_episodes_per_agent,
+                auto_prune,
+                lambda: self._full(scope),
+            )
+            now = self._clock()
+            record = MemoryRecord(
+                id=point_id,
+                tier=Tier.EPISODIC,
+                content=render_episode(episode),
+                kind=Kind.EPISODE,
+                metadata=dict(metadata or {}),
+                created_at=now,
+                updated_at=now,
+                expires_at=now + self._settings.ttl_days * DAY_S,
+                source=Source.AUTO,
+                agent_id=scope.agent_id,
+                session_id=scope.session_id,
+                episode=episode,
+            )
+            digest = content_hash(scope, Tier.EPISODIC, "", record.content)
+            payload = to_payload(record, scope, digest, self._compress_over_bytes)
+            await self._memory.insert([NewPoint(record, payload, embed_text_of(payload))])
+        return record
+
     async def add(self, cmd: AddCommand) -> AddResult:
         scope, episode = cmd.scope, cmd.episode
         assert episode is not None  # check_add refused a request without one
@@ -94,13 +149,7 @@ class EpisodicTier(ArchivingVectorTier):
                 await self._count(of_agent),
                 limit,
                 cmd.auto_prune,
-                lambda: quota_full(
-                    f"episodic:{scope.user_id}/{scope.agent_id}",
-                    "episodic.max_episodes_per_agent",
-                    limit,
-                    f"episodic memory of agent {scope.agent_id!r} is full (max: {limit:,} "
-                    "episodes per agent); delete old episodes or upgrade your plan",
-                ),
+                lambda: self._full(scope),
             )
             now = self._clock()
             expires = now + self._settings.ttl_days * DAY_S

@@ -1,9 +1,18 @@
-"""Persona: key/value facts about a user, unique per (key, value), explicit or inferred."""
+"""Persona: key/value facts about a user, unique per (key, value), explicit or inferred.
+
+Facts come three ways. An Add stores what it is given (unique per key and value). A fact
+extracted from a conversation (`learn`, source auto) is unique per key: a new value
+replaces the old one, which stays in the fact's history, and it never touches a key the
+user stated explicitly. An explicit "remember that ..." (`remember`) wins over an
+extracted fact of its key the same way, and "forget ..." (`forget`) deletes.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 
 from memoryd.core.errors import FieldViolation
 from memoryd.core.locks import KeyedLocks
@@ -12,6 +21,7 @@ from memoryd.core.memory.vector_memory import NewPoint, VectorMemory, check_vect
 from memoryd.core.models import (
     AddCommand,
     AddResult,
+    FactVersion,
     GetResult,
     ImportResult,
     Kind,
@@ -26,14 +36,25 @@ from memoryd.core.models import (
     Tier,
     TierUsage,
 )
-from memoryd.core.text import utf8_len
+from memoryd.core.text import snake_key, utf8_len
 from memoryd.core.tiers.base import TierHits
 from memoryd.core.validation import Violations, check_key
 from memoryd.settings import LimitSettings, LongTermSettings
-from memoryd.stores.vectors.port import Filter, MatchAny, MatchValue
+from memoryd.stores.vectors.port import Filter, HasId, MatchAny, MatchValue
 
 # Persona is small by nature; listing returns at most this many facts.
 _LIST_LIMIT = 1000
+# A forget command that names no key deletes at most this many facts by similarity.
+_FORGET_LIMIT = 20
+
+
+@dataclass
+class FactChange:
+    """What `learn` or `remember` did: `operation` None means skipped (`reason` says why)."""
+
+    record: MemoryRecord
+    operation: Operation | None
+    reason: str = ""
 
 
 class PersonaTier:
@@ -91,6 +112,183 @@ class PersonaTier:
             payload = to_payload(record, scope, digest, self._settings.compress_over_bytes)
             await self._memory.insert([NewPoint(record, payload, embed_text_of(payload))])
         return AddResult(record.id, Operation.ADD, Tier.PERSONA, quota_remaining=-1)
+
+    # ------------------------------------------------------------------ learning
+
+    async def _facts(self, scope: Scope) -> list[MemoryRecord]:
+        """Every fact of the user, newest first."""
+        return await self._memory.records(self._live(scope), _LIST_LIMIT)
+
+    def _point(self, record: MemoryRecord, scope: Scope) -> NewPoint:
+        digest = content_hash(scope, Tier.PERSONA, record.key, record.content)
+        payload = to_payload(record, scope, digest, self._settings.compress_over_bytes)
+        return NewPoint(record, payload, embed_text_of(payload))
+
+    def _new_fact(
+        self,
+        scope: Scope,
+        key: str,
+        value: str,
+        kind: Kind,
+        source: Source,
+        now: float,
+        session_id: str,
+        metadata: dict[str, str],
+    ) -> MemoryRecord:
+        return MemoryRecord(
+            id=str(uuid.uuid4()),
+            tier=Tier.PERSONA,
+            content=value,
+            kind=kind,
+            key=key,
+            metadata=metadata,
+            created_at=now,
+            updated_at=now,
+            source=source,
+            agent_id=scope.agent_id,
+            session_id=session_id,
+        )
+
+    @staticmethod
+    def _changed(
+        fact: MemoryRecord,
+        value: str,
+        source: Source,
+        now: float,
+        *,
+        kind: Kind | None = None,
+        session_id: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> MemoryRecord:
+        """`fact` holding `value` now; its old value goes to its history."""
+        return dataclasses.replace(
+            fact,
+            content=value,
+            source=source,
+            updated_at=now,
+            history=(*fact.history, FactVersion(fact.content, fact.source, now)),
+            score=0.0,
+            kind=fact.kind if kind is None else kind,
+            session_id=fact.session_id if session_id is None else session_id,
+            metadata=fact.metadata if metadata is None else metadata,
+        )
+
+    async def learn(
+        self,
+        scope: Scope,
+        key: str,
+        value: str,
+        *,
+        kind: Kind = Kind.FACT,
+        session_id: str = "",
+        metadata: dict[str, str] | None = None,
+    ) -> FactChange:
+        """An extracted fact (source auto), unique by key: a known key and value is skipped,
+        a known key with another value is updated (the old value goes to its history), a
+        key the user stated explicitly is never touched."""
+        async with self._locks((scope.tenant, scope.user_id)):
+            now = self._clock()
+            same_key = [f for f in await self._facts(scope) if snake_key(f.key) == snake_key(key)]
+            explicit = next((f for f in same_key if f.source is Source.EXPLICIT), None)
+            if explicit is not None:
+                return FactChange(explicit, None, "the user stated this key explicitly")
+            digest = content_hash(scope, Tier.PERSONA, key, value)
+            for fact in same_key:
+                if content_hash(scope, Tier.PERSONA, key, fact.content) == digest:
+                    return FactChange(fact, None, "known already")
+            if same_key:
+                record = self._changed(
+                    same_key[0],
+                    value,
+                    Source.AUTO,
+                    now,
+                    kind=kind,
+                    session_id=session_id,
+                    metadata={**same_key[0].metadata, **(metadata or {})},
+                )
+                operation = Operation.UPDATED
+            else:
+                record = self._new_fact(
+                    scope, key, value, kind, Source.AUTO, now, session_id, dict(metadata or {})
+                )
+                operation = Operation.ADD
+            await self._memory.insert([self._point(record, scope)])
+        return FactChange(record, operation)
+
+    async def remember(
+        self, scope: Scope, key: str, value: str, *, session_id: str = ""
+    ) -> FactChange:
+        """An explicit "remember that ...": the fact with source explicit. Said again it is
+        refreshed; held by an extracted fact of the same key, that fact takes the value
+        and becomes explicit (the old value goes to its history)."""
+        async with self._locks((scope.tenant, scope.user_id)):
+            now = self._clock()
+            facts = await self._facts(scope)
+            digest = content_hash(scope, Tier.PERSONA, key, value)
+            same = next(
+                (
+                    f
+                    for f in facts
+                    if f.key == key and content_hash(scope, Tier.PERSONA, key, f.content) == digest
+                ),
+                None,
+            )
+            if same is not None:
+                patch: dict[str, object] = {"updated_at": now, "source": Source.EXPLICIT.value}
+                await self._memory.call(self._memory.store.set_payload, [same.id], patch)
+                operation = (
+                    Operation.DEDUPLICATED if same.source is Source.EXPLICIT else Operation.UPDATED
+                )
+                record = dataclasses.replace(same, updated_at=now, source=Source.EXPLICIT)
+                return FactChange(record, operation)
+            extracted = next(
+                (
+                    f
+                    for f in facts
+                    if snake_key(f.key) == snake_key(key) and f.source is not Source.EXPLICIT
+                ),
+                None,
+            )
+            if extracted is not None:
+                # An extractor's confidence says nothing about what the user stated.
+                kept = {k: v for k, v in extracted.metadata.items() if k != "confidence"}
+                record = self._changed(extracted, value, Source.EXPLICIT, now, metadata=kept)
+                operation = Operation.UPDATED
+            else:
+                record = self._new_fact(
+                    scope, key, value, Kind.FACT, Source.EXPLICIT, now, session_id, {}
+                )
+                operation = Operation.ADD
+            await self._memory.insert([self._point(record, scope)])
+        return FactChange(record, operation)
+
+    async def forget(
+        self,
+        scope: Scope,
+        keys: Sequence[str],
+        about: str,
+        min_score: float,
+        *,
+        among: set[str] | None = None,
+    ) -> list[MemoryRecord]:
+        """Delete the facts whose key is one of `keys` (compared in snake case); when none
+        is, the facts scoring at least `min_score` against `about`; only facts whose id is
+        in `among`, when given. Returns them."""
+        async with self._locks((scope.tenant, scope.user_id)):
+            live = self._live(scope)
+            if among is not None:
+                live = live.and_(HasId(sorted(among)))
+            wanted = {snake_key(k) for k in keys} - {""}
+            facts = await self._memory.records(live, _LIST_LIMIT)
+            going = [f for f in facts if snake_key(f.key) in wanted]
+            if not going and about.strip() and among != set():
+                hits = await self._memory.search(live, about, _FORGET_LIMIT, min_score)
+                going = hits.items
+            if going:
+                await self._memory.call(self._memory.store.delete, [f.id for f in going])
+        return going
+
+    # ------------------------------------------------------------------ reads
 
     async def retrieve(self, query: RetrieveQuery, top_k: int) -> TierHits:
         flt = self._memory.scope_filter(

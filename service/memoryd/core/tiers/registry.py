@@ -17,6 +17,7 @@ from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import Kind, Tier
 from memoryd.core.tiers.base import TierHandler
+from memoryd.core.tiers.entity import EntityTier
 from memoryd.core.tiers.episodic import EpisodicTier
 from memoryd.core.tiers.long_term import LongTermTier
 from memoryd.core.tiers.persona import PersonaTier
@@ -62,8 +63,8 @@ class TierSpec:
     scope_field: str = ""
     # Addressed by key as well as by id (Get/Delete `keys`).
     keyed: bool = False
-    # The request field that carries this tier's structured body instead of `content`.
-    body_field: str = ""
+    # The request fields that carry this tier's structured bodies instead of `content`.
+    body_fields: tuple[str, ...] = ()
     # Kinds only this tier stores; every other tier refuses them.
     kinds: frozenset[Kind] = frozenset()
     exported: bool = True
@@ -133,6 +134,18 @@ def _structured(d: TierDeps) -> TierHandler:
     )
 
 
+def _entity(d: TierDeps) -> TierHandler:
+    s = d.settings
+    return EntityTier(
+        d.memory,
+        s.entity,
+        d.quotas,
+        s.limits,
+        d.clock,
+        s.long_term.compress_over_bytes,
+    )
+
+
 _SPECS = (
     TierSpec(
         Tier.WORKING,
@@ -179,7 +192,7 @@ _SPECS = (
         StoreFamily.VECTORS,
         _episodic,
         settings_section="episodic",
-        body_field="episode",
+        body_fields=("episode",),
         kinds=frozenset({Kind.EPISODE}),
         backed_up=True,
         archive_after_setting="episodic_archive_after_days",
@@ -190,9 +203,14 @@ _SPECS = (
         Tier.ENTITY,
         "entity memory",
         StoreFamily.VECTORS,
-        None,
+        _entity,
+        settings_section="entity",
+        # Entities are addressed by name as well (Get/Delete `keys`).
+        keyed=True,
+        body_fields=("entity", "relation"),
         kinds=frozenset({Kind.ENTITY, Kind.RELATION}),
         backed_up=True,
+        quota_keys=("entity.max_entities", "entity.max_relations"),
     ),
     TierSpec(
         Tier.STRUCTURED,
@@ -200,7 +218,7 @@ _SPECS = (
         StoreFamily.VECTORS,
         _structured,
         settings_section="structured",
-        body_field="document_json",
+        body_fields=("document_json",),
         kinds=frozenset({Kind.DOCUMENT}),
         backed_up=True,
         archive_after_setting="structured_archive_after_days",

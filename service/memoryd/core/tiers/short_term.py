@@ -129,6 +129,12 @@ class ShortTermTier:
         records.sort(key=lambda r: (r.score, r.created_at), reverse=True)
         return TierHits(items=records[:top_k], total=len(records))
 
+    async def messages(self, scope: Scope) -> list[MemoryRecord]:
+        """The session's messages, oldest first (what EndSession reads)."""
+        with hot_store_calls():
+            messages = await self._store.list_messages(session_of(scope))
+        return [_record(m, scope) for m in messages]
+
     async def get(self, lookup: Lookup) -> GetResult:
         with hot_store_calls():
             messages = await self._store.list_messages(session_of(lookup.scope))
