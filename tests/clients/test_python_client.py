@@ -149,7 +149,7 @@ async def test_export_checks_the_stream_and_import_restores_it(
     s = await start_server()
     async with AsyncMemoryClient(target(s)) as client:
         for content in ("User likes jazz", "User owns a bicycle", "Naïve <b>é</b> \u2028 😀"):
-            await client.add(user_id=user_id, content=content, metadata={"😀": "Ａ", "é": "1"})
+            await client.add(user_id=user_id, content=content, metadata={"😀": "\uff21", "é": "1"})
         await client.add(user_id=user_id, tier="persona", key="name", content="Ana")
 
         stream = client.export(user_id=user_id)
