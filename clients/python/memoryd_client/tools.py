@@ -155,10 +155,12 @@ def _arguments(name: str, arguments: str | Mapping[str, Any]) -> dict[str, Any]:
     for field in _SPECS[name]["parameters"]["required"]:
         expected = _SPECS[name]["parameters"]["properties"][field]["type"]
         value = args.get(field)
-        if expected == "string" and not isinstance(value, str):
+        if expected != "string":
+            continue
+        if not isinstance(value, str):
             raise _BadArguments(f"{field} must be a string")
         # An empty query recalls the user's facts alone; an empty key or value means nothing.
-        if expected == "string" and field != "query" and not value.strip():
+        if field != "query" and not value.strip():
             raise _BadArguments(f"{field} must not be empty")
     top_k = args.get("top_k")
     if top_k is not None and (not isinstance(top_k, int) or not 1 <= top_k <= 20):
