@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test install redis gen docs lint format eval clean
+.PHONY: run test install redis gen gen-clients clients-deps test-clients docs lint format eval clean
 
 run: install
 	$(VENV)/bin/memoryd serve
@@ -19,9 +19,10 @@ $(PY):
 
 # torch first, pinned: on these machines 2.13.0 is the local CPU build; anything else would
 # pull several GB of CUDA packages.
-$(STAMP): pyproject.toml | $(PY)
+$(STAMP): pyproject.toml clients/python/pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[local,openai,dev]"
+	$(PY) -m pip install --quiet -e "./clients/python[agents,mcp]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -41,6 +42,25 @@ eval: install
 gen: install
 	PYTHON=$(PY) bash scripts/gen_stubs.sh
 	PYTHONPATH=service $(PY) scripts/gen_docs.py
+
+# What the TypeScript and Go clients need (Node comes with the machine): the npm packages
+# from the lockfile, and Debian's Go toolchain with its packaged grpc / protobuf libraries
+# and protoc plugins (no Go module proxy is reachable: GOPATH mode).
+GO_DEBS := golang-go golang-google-grpc-dev golang-google-protobuf-dev \
+  golang-github-golang-protobuf-1-5-dev protoc-gen-go protoc-gen-go-grpc
+clients-deps:
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error
+	@dpkg -s $(GO_DEBS) >/dev/null 2>&1 || { \
+	  echo "installing Go toolchain and libraries"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(GO_DEBS)) \
+	  || (sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(GO_DEBS)); }
+
+gen-clients: install clients-deps
+	PYTHON=$(PY) bash scripts/gen_clients.sh all
+
+# The TypeScript client's tests start their own memoryd with the project's Python.
+test-clients: install clients-deps
+	cd clients/typescript && MEMORYD_PYTHON=$(abspath $(PY)) npm test
 
 # The generated reference documents under docs/reference/ (a unit test fails when stale).
 docs: install

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -16,16 +18,24 @@ def test_buf_lint_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_committed_stubs_are_not_stale(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("fresh", "committed"),
+    [
+        ("server/memoryd/v1", "service/memoryd/v1"),
+        # The client distribution's copy (docs/adr/0200-one-generation-two-packages.md).
+        ("client/memoryd_client/v1", "clients/python/memoryd_client/v1"),
+    ],
+)
+def test_committed_stubs_are_not_stale(tmp_path: Path, fresh: str, committed: str) -> None:
     subprocess.run(
-        ["bash", "scripts/gen_stubs.sh", str(tmp_path)],
+        ["bash", "scripts/gen_stubs.sh", str(tmp_path / "server"), str(tmp_path / "client")],
         cwd=ROOT,
         check=True,
         capture_output=True,
         env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
     )
-    fresh = tmp_path / "memoryd" / "v1"
-    committed = ROOT / "service" / "memoryd" / "v1"
-    names = sorted(p.name for p in fresh.iterdir() if p.is_file())
-    _, mismatch, errors = filecmp.cmpfiles(fresh, committed, names, shallow=False)
+    names = sorted(p.name for p in (tmp_path / fresh).iterdir() if p.is_file())
+    kept = sorted(p.name for p in (ROOT / committed).iterdir() if p.is_file())
+    assert names == kept, f"{committed} holds {kept}, a fresh generation {names}: run `make gen`"
+    _, mismatch, errors = filecmp.cmpfiles(tmp_path / fresh, ROOT / committed, names, shallow=False)
     assert not mismatch and not errors, f"stale stubs {mismatch + errors}: run `make gen`"

@@ -1,0 +1,149 @@
+// The TypeScript client against a live memoryd that this test run starts.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { fromJson } from "@bufbuild/protobuf";
+import {
+  DEFAULT_RETRY,
+  InvalidArgument,
+  Kind,
+  MemoryClient,
+  QuotaExceeded,
+  Tier,
+  Unavailable,
+  exportChecksum,
+  pb,
+  type MemoryItem,
+} from "../src/index.js";
+import { ROOT, startMemoryd, type Memoryd } from "./server.js";
+
+let memoryd: Memoryd;
+let client: MemoryClient;
+let n = 0;
+const newUser = () => `ts-user-${process.pid}-${++n}`;
+
+before(async () => {
+  memoryd = await startMemoryd({ MEMORYD_QUOTAS__LONG_TERM__MAX_MEMORIES: "5" });
+  client = new MemoryClient(memoryd.target, { apiKey: "sk-ts-test" });
+});
+
+after(async () => {
+  client?.close();
+  await memoryd?.stop();
+});
+
+test("adds, retrieves, gets and deletes with tiers and kinds by name", async () => {
+  const userId = newUser();
+  assert.equal(await client.health(), "SERVING");
+  const added = await client.add({
+    userId,
+    content: "Ana prefers window seats on long flights",
+    tier: "long_term",
+    kind: "preference",
+    metadata: { src: "chat" },
+  });
+  assert.equal(added.tier, Tier.LONG_TERM);
+  await client.add({ userId, content: "Ana owns a red bicycle", tier: Tier.LONG_TERM });
+
+  const hits = await client.retrieve({ userId, query: "which seat does Ana like?", topK: 1 });
+  assert.equal(hits.items.length, 1);
+  assert.equal(hits.items[0].id, added.memoryId);
+  assert.equal(hits.items[0].content, "Ana prefers window seats on long flights");
+  assert.equal(hits.items[0].kind, Kind.PREFERENCE);
+  assert.deepEqual(hits.items[0].metadata, { src: "chat" });
+  assert.ok(hits.items[0].score > 0 && hits.items[0].score <= 1);
+
+  const got = await client.get({ userId, tier: "long_term", ids: [added.memoryId, "nope"] });
+  assert.deepEqual(got.items.map((i) => i.id), [added.memoryId]);
+  assert.deepEqual(got.missing, ["nope"]);
+  const deleted = await client.delete({ userId, tier: "LONG_TERM", ids: [added.memoryId] });
+  assert.equal(deleted.deletedCount, 1n);
+
+  await client.add({ userId, agentId: "planner", taskId: "trip", tier: "working", key: "step", content: "search" });
+  const working = await client.get({ userId, agentId: "planner", taskId: "trip", tier: "TIER_WORKING", keys: ["step"] });
+  assert.equal(working.items[0].content, "search");
+  assert.throws(() => client.add({ userId, content: "x", tier: "longterm" }), /unknown tier "longterm"/);
+});
+
+test("renders the memory block, reports usage and prunes", async () => {
+  const userId = newUser();
+  await client.add({ userId, tier: "persona", key: "name", content: "Ana" });
+  await client.add({ userId, content: "Ana is learning the cello" });
+  const rendered = await client.renderContext({ userId, query: "cello" });
+  assert.ok(rendered.context.startsWith("<memory>"));
+  assert.ok(rendered.context.includes('<item tier="persona" kind="fact">name: Ana</item>'));
+  const usage = await client.usage({ userId });
+  const longTerm = usage.tiers.find((t) => t.tier === Tier.LONG_TERM);
+  assert.equal(longTerm?.count, 1n);
+  assert.equal(longTerm?.maxCount, 5n);
+  const pruned = await client.prune({ userId, strategy: "all" });
+  assert.ok(pruned.deletedCount >= 2n);
+});
+
+test("errors are typed and carry the server's details", async () => {
+  const userId = newUser();
+  await assert.rejects(client.retrieve({ userId, query: "q", topK: 500 }, { requestId: "req-ts" }), (err) => {
+    assert.ok(err instanceof InvalidArgument);
+    assert.equal(err.field, "top_k");
+    assert.equal(err.reason, "INVALID_ARGUMENT");
+    assert.equal(err.requestId, "req-ts");
+    return true;
+  });
+  for (let i = 0; i < 5; i++) await client.add({ userId, content: `fact number ${i} about something else ${i * 7}` });
+  await assert.rejects(client.add({ userId, content: "one too many" }), (err) => {
+    assert.ok(err instanceof QuotaExceeded);
+    assert.equal(err.max, 5);
+    assert.equal(err.limitName, "long_term.max_memories");
+    return true;
+  });
+});
+
+test("ending a session without an extractor closes it and says extraction was skipped", async () => {
+  const userId = newUser();
+  await client.add({ userId, sessionId: "s", tier: "short_term", role: "user", content: "hello" });
+  const ended = await client.endSession({ userId, sessionId: "s" });
+  assert.equal(ended.extractionSkipped, true);
+  assert.equal(ended.messagesProcessed, 1);
+});
+
+test("an unreachable server is retried by the channel policy, then Unavailable", async () => {
+  const nowhere = new MemoryClient("127.0.0.1:1", { retry: { ...DEFAULT_RETRY, initialBackoffS: 0.01 } });
+  try {
+    await assert.rejects(nowhere.usage({ userId: "ana" }), Unavailable);
+  } finally {
+    nowhere.close();
+  }
+});
+
+test("export checks its checksum and import restores it, verified by the server", async () => {
+  const userId = newUser();
+  for (const content of ["User likes jazz", "Naïve <b>é</b> \u2028 😀"]) {
+    await client.add({ userId, content, metadata: { "😀": "\uff21", é: "1" }, importance: 0.8 });
+  }
+  await client.add({ userId, tier: "persona", key: "city", content: "Lyon" });
+  const stream = client.export({ userId });
+  const items: MemoryItem[] = [];
+  for await (const item of stream) items.push(item);
+  assert.equal(items.length, 3);
+  assert.ok(stream.verified, "the client's checksum matches the server's");
+
+  const copy = `${userId}-copy`;
+  const restored = await client.import({ userId: copy, items });
+  assert.equal(restored.importedCount, 3n);
+  assert.equal(restored.checksumVerified, true);
+  const again = await client.import({ userId: copy, items });
+  assert.equal(again.skippedCount, 3n);
+});
+
+test("the checksum is the documented golden vector", () => {
+  const doc = readFileSync(join(ROOT, "docs/reference/export-format.md"), "utf8");
+  const lines = doc.split("\n").filter((l) => l.startsWith('{"item":'));
+  const items = lines.map((l) => {
+    const message = fromJson(pb.ExportResponseSchema, JSON.parse(l));
+    assert.equal(message.payload.case, "item");
+    return message.payload.value as MemoryItem;
+  });
+  assert.equal(exportChecksum(items.slice(0, 1)), "b4f59768c9559e83ee58c97a6a427d832e432ffdd31de7125688f988ea907c4f");
+  assert.equal(exportChecksum(items), "1c9a9a7164c4c876b0fe76ba0a5a31d21f88dddb95ec6f4f5cea40c42e6ed623");
+});

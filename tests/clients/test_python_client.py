@@ -1,0 +1,221 @@
+"""The Python client against a live memoryd: one snake_case method per RPC, keyword
+arguments in, results with attributes out, typed exceptions with the server's details.
+
+The server runs in-process on the test's event loop, so the sync client is driven from a
+worker thread (a blocking call on the loop's thread would stall the server)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import RunningServer, ServerFactory
+from memoryd.cli.client_commands import add_client_commands, run_client_command
+from memoryd_client import (
+    AsyncMemoryClient,
+    Episode,
+    EpisodeStep,
+    InvalidArgument,
+    Kind,
+    MemoryClient,
+    MemoryItem,
+    Operation,
+    QuotaExceeded,
+    Tier,
+    export_format,
+    pb,
+)
+
+
+def target(s: RunningServer) -> str:
+    return f"127.0.0.1:{s.port}"
+
+
+async def test_sync_client_adds_retrieves_gets_and_deletes(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    s = await start_server()
+
+    def scenario() -> None:
+        with MemoryClient(target(s)) as client:
+            added = client.add(
+                user_id=user_id,
+                content="Ana prefers window seats on long flights",
+                tier="long_term",
+                kind="preference",
+                metadata={"src": "chat"},
+                importance=0.8,
+            )
+            assert added.operation is Operation.ADD and added.tier is Tier.LONG_TERM
+            client.add(user_id=user_id, content="Ana owns a red bicycle", tier=Tier.LONG_TERM)
+
+            hits = client.retrieve(user_id=user_id, query="which seat does Ana like?", top_k=1)
+            assert len(hits.items) == 1
+            best = hits.items[0]
+            assert best.id == added.memory_id
+            assert best.content == "Ana prefers window seats on long flights"
+            assert best.kind is Kind.PREFERENCE and best.metadata == {"src": "chat"}
+            assert 0 < best.score <= 1 and best.created_at is not None
+            assert isinstance(best.proto, pb.MemoryItem)  # the wire type stays at hand
+
+            got = client.get(user_id=user_id, tier="long_term", ids=[added.memory_id, "nope"])
+            assert [i.id for i in got.items] == [added.memory_id] and got.missing == ["nope"]
+            deleted = client.delete(user_id=user_id, tier="long_term", ids=[added.memory_id])
+            assert deleted.deleted_count == 1
+
+    await asyncio.to_thread(scenario)
+
+
+async def test_tiers_and_kinds_by_any_name_or_number(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    s = await start_server()
+    async with AsyncMemoryClient(target(s)) as client:
+        scope = {"user_id": user_id, "agent_id": "planner", "task_id": "trip"}
+        for tier in ("working", "WORKING", "TIER_WORKING", "working", pb.TIER_WORKING):
+            await client.add(**scope, tier=tier, key="step", content=f"tier given as {tier!r}")
+        got = await client.get(**scope, tier=Tier.WORKING, keys=["step"])
+        assert got.items[0].content == f"tier given as {pb.TIER_WORKING!r}"
+        assert got.items[0].tier is Tier.WORKING
+        with pytest.raises(ValueError, match="unknown tier 'longterm'; one of working"):
+            await client.add(user_id=user_id, content="x", tier="longterm")
+
+
+async def test_async_client_covers_every_rpc(start_server: ServerFactory, user_id: str) -> None:
+    s = await start_server()
+    async with AsyncMemoryClient(target(s)) as client:
+        await client.add(user_id=user_id, tier="persona", key="name", content="Ana")
+        await client.add(user_id=user_id, content="Ana is learning the cello", kind=Kind.FACT)
+        session = {"user_id": user_id, "session_id": "chat-1"}
+        await client.add(**session, tier="short_term", role="user", content="I moved to Lyon")
+        episode = Episode("book a flight", [EpisodeStep("search", "3 fares")], "booked", True)
+        await client.add(user_id=user_id, agent_id="planner", tier="episodic", episode=episode)
+        await client.add(user_id=user_id, tier="structured", document={"city": "Lyon", "n": 2})
+
+        hits = await client.retrieve(user_id=user_id, query="what instrument?", top_k=3)
+        assert hits.items[0].content == "Ana is learning the cello"
+        rendered = await client.render_context(user_id=user_id, query="cello")
+        assert rendered.context.startswith("<memory>") and rendered.item_count >= 1
+        assert '<item tier="persona" kind="fact">name: Ana</item>' in rendered.context
+
+        usage = await client.usage(user_id=user_id)
+        long_term = usage.tier("long_term")
+        assert long_term is not None and long_term.count >= 1 and long_term.max_count > 0
+
+        ended = await client.end_session(**session)
+        # This server has no extractor configured: the session is closed all the same.
+        assert ended.extraction_skipped and ended.extraction_skipped_reason
+        assert ended.messages_processed >= 1
+
+        dry = await client.prune(
+            user_id=user_id,
+            strategy="oldest_percent",
+            percent=100,
+            tiers=["long_term"],
+            dry_run=True,
+        )
+        assert dry.dry_run and dry.per_tier.get(Tier.LONG_TERM) == long_term.count
+        everything = await client.prune(user_id=user_id, strategy="all")
+        assert everything.deleted_count >= 4
+        assert (await client.retrieve(user_id=user_id, query="cello")).items == []
+        assert await client.health() == "SERVING"
+
+
+async def test_errors_are_typed_and_carry_the_details(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    s = await start_server(long_term={"max_memories": 1})
+    async with AsyncMemoryClient(target(s)) as client:
+        with pytest.raises(InvalidArgument) as bad:
+            await client.retrieve(user_id=user_id, query="q", top_k=500, request_id="req-42")
+        assert bad.value.field == "top_k" and bad.value.reason == "INVALID_ARGUMENT"
+        assert bad.value.request_id == "req-42"
+        assert [v.field for v in bad.value.violations] == ["top_k"]
+
+        await client.add(user_id=user_id, content="the only memory that fits")
+        with pytest.raises(QuotaExceeded) as full:
+            await client.add(user_id=user_id, content="one too many")
+        assert full.value.max == 1 and full.value.limit_name == "long_term.max_memories"
+        assert full.value.request_id  # a fresh x-request-id was sent
+
+
+async def test_export_checks_the_stream_and_import_restores_it(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    s = await start_server()
+    async with AsyncMemoryClient(target(s)) as client:
+        for content in ("User likes jazz", "User owns a bicycle", "Naïve <b>é</b> \u2028 😀"):
+            await client.add(user_id=user_id, content=content, metadata={"😀": "\uff21", "é": "1"})
+        await client.add(user_id=user_id, tier="persona", key="name", content="Ana")
+
+        stream = client.export(user_id=user_id)
+        items: list[MemoryItem] = [item async for item in stream]
+        assert len(items) == 4 and stream.verified  # the client recomputed the checksum
+        assert stream.trailer is not None and stream.trailer.checksum_format == "item-jcs-v1"
+
+        copy = f"{user_id}-copy"
+        restored = await client.import_(user_id=copy, items=items)
+        assert (restored.imported_count, restored.checksum_verified) == (4, True)
+        again = await client.import_(user_id=copy, items=items)
+        assert (again.imported_count, again.skipped_count) == (0, 4)  # idempotent by id
+        contents = {i.content async for i in client.export(user_id=copy)}
+        assert contents == {i.content for i in items}
+
+
+def _cli(*argv: str) -> int | None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="memoryd")
+    add_client_commands(parser.add_subparsers(dest="command", required=True))
+    return run_client_command(parser.parse_args(list(argv)))
+
+
+async def test_export_files_move_between_the_client_and_the_memoryd_cli(
+    start_server: ServerFactory, user_id: str, tmp_path: Path
+) -> None:
+    s = await start_server()
+
+    def scenario() -> None:
+        with MemoryClient(target(s)) as client:
+            client.add(user_id=user_id, content="Ana flies to Lyon on Friday", importance=0.3)
+            client.add(user_id=user_id, tier="persona", key="city", content="Lyon")
+            by_client = tmp_path / "by-client.jsonl"
+            with by_client.open("w") as out:
+                assert (
+                    export_format.write_jsonl(client.export(user_id=user_id).messages(), out) == 2
+                )
+            # the server's own CLI imports the client's file, checksum verified
+            assert _cli("import", "--target", target(s), "--user", "u2", "-q", str(by_client)) == 0
+
+            by_cli = tmp_path / "by-cli.jsonl"
+            assert (
+                _cli("export", "--target", target(s), "--user", "u2", "-q", "-o", str(by_cli)) == 0
+            )
+            with by_cli.open() as lines:
+                reply = client.import_(user_id="u3", messages=export_format.read_jsonl(lines))
+            assert (reply.imported_count, reply.checksum_verified) == (2, True)
+            assert json.loads(by_cli.read_text().splitlines()[-1])["trailer"]["itemCount"] == "2"
+
+    await asyncio.to_thread(scenario)
+
+
+def test_the_client_checksum_is_the_documented_golden_vector() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs/reference/export-format.md").read_text()
+    lines = [line for line in doc.splitlines() if line.startswith('{"item":')]
+    items = [export_format.from_json_line(line).item for line in lines]
+    assert len(items) == 2
+    assert (
+        export_format.canonical_item(items[0]).hex()
+        and export_format.checksum(items[:1])
+        == "b4f59768c9559e83ee58c97a6a427d832e432ffdd31de7125688f988ea907c4f"
+    )
+    assert export_format.checksum(items) == (
+        "1c9a9a7164c4c876b0fe76ba0a5a31d21f88dddb95ec6f4f5cea40c42e6ed623"
+    )
+    out = io.StringIO()
+    export_format.write_jsonl([pb.ExportResponse(item=i) for i in items], out)
+    assert [export_format.from_json_line(x).item for x in out.getvalue().splitlines()] == items
