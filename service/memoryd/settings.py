@@ -302,6 +302,23 @@ class BackupSettings(BaseModel):
     retention_days: int = Field(30, ge=1, description="Backup days older than this are deleted")
 
 
+class MetricsSettings(BaseModel):
+    """Prometheus metrics, served on their own HTTP listener (docs/reference/metrics.md)."""
+
+    listen: str = Field(
+        "127.0.0.1:9464", description="host:port serving /metrics; empty turns metrics off"
+    )
+
+
+class TracingSettings(BaseModel):
+    """OpenTelemetry traces (the `otel` extra). The exporter reads the standard
+    OTEL_EXPORTER_OTLP_* variables."""
+
+    enabled: bool = Field(False, description="Trace calls, embedding, store calls and fusion")
+    exporter: Literal["otlp", "console"] = Field("otlp", description="Where spans go")
+    service_name: str = Field("memoryd", description="The service.name resource attribute")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MEMORYD_",
@@ -315,6 +332,11 @@ class Settings(BaseSettings):
     reflection: bool = Field(False, description="Serve gRPC server reflection")
     grace_period_seconds: float = Field(5.0, ge=0, description="Graceful stop on SIGTERM")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["auto", "json", "console"] = Field(
+        "auto", description="auto: JSON lines unless the log stream is a terminal"
+    )
+    metrics: MetricsSettings = MetricsSettings()
+    tracing: TracingSettings = TracingSettings()
 
     working: WorkingSettings = WorkingSettings()
     short_term: ShortTermSettings = ShortTermSettings()

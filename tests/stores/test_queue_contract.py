@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -89,6 +90,28 @@ async def test_acked_entries_never_come_back(open_queue: Opener) -> None:
     await queue.close()
     reopened = await open_queue()
     assert await reopened.take(10, wait_s=0.05) == []
+
+
+async def test_the_oldest_pending_entry_tells_when_it_was_put(open_queue: Opener) -> None:
+    queue = await open_queue()
+    assert await queue.oldest_put_at() is None
+    before = time.time()
+    await queue.put({"n": 1})
+    await queue.put({"n": 2})
+    after = time.time()
+    oldest = await queue.oldest_put_at()
+    # Redis stamps ids in whole milliseconds.
+    assert oldest is not None and before - 0.001 <= oldest <= after
+    taken = await queue.take(1, wait_s=0.1)
+    assert await queue.oldest_put_at() == oldest  # taken is not done
+    await queue.ack([e.id for e in taken])
+    second = await queue.oldest_put_at()
+    assert second is not None and oldest <= second <= after
+    await queue.close()
+    reopened = await open_queue()  # the put time survives a restart
+    assert await reopened.oldest_put_at() == second
+    await reopened.ack([e.id for e in await reopened.take(10, wait_s=0.1)])
+    assert await reopened.oldest_put_at() is None
 
 
 async def test_a_redis_that_is_down_is_reported(tmp_path: Path) -> None:
