@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import redis.asyncio as aioredis
@@ -16,6 +17,7 @@ from memoryd.stores.queue.redis_stream import RedisStreamQueue
 from redis_server import RedisServer
 
 Opener = Callable[[], Awaitable[WriteBehindQueue]]
+T = TypeVar("T")
 
 
 @pytest.fixture(params=["file", "redis"])
@@ -122,6 +124,35 @@ async def test_a_redis_that_is_down_is_reported(tmp_path: Path) -> None:
     with pytest.raises(QueueDown):
         await queue.put({"n": 1})
     await client.aclose()
+
+
+async def test_the_redis_queue_works_again_after_redis_restarts_empty(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    redis = RedisServer(tmp_path / "a")
+    client = aioredis.Redis.from_url(redis.url, socket_connect_timeout=0.5)
+    queue = RedisStreamQueue(client, consumer="c", stream="s")
+    await queue.put({"n": 1})
+    await queue.ack([e.id for e in await queue.take(10, wait_s=0.1)])
+    redis.stop()
+    redis = RedisServer(tmp_path / "b", port=redis.port)  # no data: the group is gone
+
+    async def soon(op: Callable[[], Awaitable[T]]) -> T:
+        """The first calls after the restart may still report the outage, as QueueDown."""
+        for _ in range(3):
+            try:
+                return await op()
+            except QueueDown:
+                continue
+        raise AssertionError("the queue did not recover")
+
+    try:
+        await soon(lambda: queue.put({"n": 2}))
+        taken = await soon(lambda: queue.take(10, wait_s=0.1))
+        assert [e.body for e in taken] == [{"n": 2}]
+    finally:
+        await client.aclose()
+        redis.stop()
 
 
 async def test_a_torn_last_line_is_ignored(tmp_path: Path) -> None:

@@ -58,7 +58,9 @@ def configure_logging(
         renderer = structlog.processors.JSONRenderer()
         finish: list[Processor] = [structlog.processors.format_exc_info]
     else:
-        renderer = structlog.dev.ConsoleRenderer()
+        isatty = getattr(out, "isatty", None)
+        colors = bool(isatty is not None and isatty())
+        renderer = structlog.dev.ConsoleRenderer(colors=colors, timestamp_key="time")
         finish = []
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*_shared_processors(), structlog.stdlib.ExtraAdder()],
