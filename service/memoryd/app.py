@@ -208,7 +208,10 @@ async def build_app(
     # Only the calls made for requests and background work are timed, not the probes.
     hot = observed(build_hot_store(settings), hot_name, observer, skip=("ping", "close"))
     queue = observed(
-        build_queue(settings), queue_name, observer, skip=("take", "pending", "oldest_put_at")
+        build_queue(settings),
+        queue_name,
+        observer,
+        skip=("take", "pending", "oldest_put_at", "close"),
     )
     memory = VectorMemory(
         observed(vectors, vectors_name, observer, skip=("healthy", "close")),
