@@ -21,7 +21,7 @@ $(PY):
 # pull several GB of CUDA packages.
 $(STAMP): pyproject.toml clients/python/pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[local,openai,dev]"
+	$(PY) -m pip install --quiet -e ".[local,openai,otel,dev]"
 	$(PY) -m pip install --quiet -e "./clients/python[agents,mcp]"
 	touch $(STAMP)
 

@@ -20,6 +20,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from memoryd.settings import Settings
+from memoryd.transport.metrics import reference as metrics_reference
+from memoryd.transport.status_map import reference_markdown as errors_reference
 from memoryd.v1 import memory_pb2
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,6 +122,8 @@ def rpc_reference() -> str:
 GENERATORS: dict[str, Callable[[], str]] = {
     "settings.md": settings_reference,
     "rpcs.md": rpc_reference,
+    "errors.md": errors_reference,
+    "metrics.md": metrics_reference,
 }
 
 

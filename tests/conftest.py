@@ -13,13 +13,14 @@ import pytest
 import redis.asyncio as aioredis
 
 from memoryd.app import App, build_app
-from memoryd.settings import Settings
+from memoryd.settings import MetricsSettings, Settings
 from memoryd.stores import hot
 from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.minilm import MiniLMEmbedder
 from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.hot.port import HotStore
 from memoryd.transport.server import MemorydServer
+from memoryd.transport.telemetry import Telemetry
 from memoryd.v1 import memory_pb2_grpc
 from redis_server import RedisServer
 
@@ -82,11 +83,19 @@ async def start_server(tmp_path: Path, embedder: Embedder) -> AsyncIterator[Serv
     """Start in-process servers on port 0; all are stopped at the end of the test."""
     running: list[RunningServer] = []
 
-    async def start(clock: Callable[[], float] = time.time, **overrides: Any) -> RunningServer:
-        values: dict[str, Any] = {"listen": "127.0.0.1:0", "data_dir": tmp_path / "data"}
+    async def start(
+        clock: Callable[[], float] = time.time,
+        telemetry: Telemetry | None = None,
+        **overrides: Any,
+    ) -> RunningServer:
+        values: dict[str, Any] = {
+            "listen": "127.0.0.1:0",
+            "data_dir": tmp_path / "data",
+            "metrics": MetricsSettings(listen="127.0.0.1:0"),
+        }
         values.update(overrides)
         settings = Settings(**values)
-        app = await build_app(settings, clock=clock, embedder=embedder)
+        app = await build_app(settings, clock=clock, embedder=embedder, telemetry=telemetry)
         server = MemorydServer(settings, app, health_interval_s=0.2)
         port = await server.start()
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

@@ -28,11 +28,15 @@ async def open_target(target: str | None) -> AsyncIterator[memory_pb2_grpc.Memor
         return
 
     from memoryd.app import build_app
-    from memoryd.settings import Settings
+    from memoryd.settings import MetricsSettings, Settings
     from memoryd.transport.server import MemorydServer
 
     with tempfile.TemporaryDirectory(prefix="memoryd-eval-") as tmp:
-        settings = Settings(listen="127.0.0.1:0", data_dir=Path(tmp) / "data")
+        settings = Settings(
+            listen="127.0.0.1:0",
+            data_dir=Path(tmp) / "data",
+            metrics=MetricsSettings(listen=""),  # no /metrics listener for a one-off run
+        )
         started = time.perf_counter()
         app = await build_app(settings)
         server = MemorydServer(settings, app)

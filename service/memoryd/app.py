@@ -17,6 +17,7 @@ from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.lifecycle.write_behind import ConversationCopier
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import MemoryRecord, Scope, Tier
+from memoryd.core.observe import observed
 from memoryd.core.retrieval import bm25
 from memoryd.core.retrieval.token_budget import TokenCounter
 from memoryd.core.sessions.extraction import ReplyLimits, SessionExtractor
@@ -26,7 +27,7 @@ from memoryd.core.tiers.entity import EntityTier
 from memoryd.core.tiers.episodic import EpisodicTier
 from memoryd.core.tiers.long_term import LongTermTier
 from memoryd.core.tiers.persona import PersonaTier
-from memoryd.core.tiers.registry import TierDeps, build_tiers
+from memoryd.core.tiers.registry import StoreFamily, TierDeps, build_tiers, served
 from memoryd.core.tiers.short_term import ShortTermTier
 from memoryd.settings import Settings
 from memoryd.stores import embeddings as embedder_adapters
@@ -43,11 +44,17 @@ from memoryd.stores.extractor.port import StructuredChat
 from memoryd.stores.hot.port import HotStore
 from memoryd.stores.queue.port import WriteBehindQueue
 from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore
+from memoryd.transport.telemetry import Telemetry
+from memoryd.transport.tracing import TracingUnavailable
 
 log = logging.getLogger(__name__)
 
 Probe = Callable[[], Awaitable[bool]]
 Closer = Callable[[], Awaitable[None]]
+
+# Health probe of each store family; a tier's health service follows its store's.
+HOT_PROBE, VECTOR_PROBE = "memoryd.hot_store", "memoryd.vector_store"
+_PROBE_OF = {StoreFamily.HOT: HOT_PROBE, StoreFamily.VECTORS: VECTOR_PROBE}
 
 
 class StartupRefused(Exception):
@@ -63,6 +70,11 @@ class App:
     maintenance_loop: MaintenanceLoop
     probes: dict[str, Probe] = field(default_factory=dict)
     closers: list[Closer] = field(default_factory=list)
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    # The store each probe checks, as metrics name it (memoryd_store_up{store}).
+    probe_stores: dict[str, str] = field(default_factory=dict)
+    # Health services that follow probes: "memoryd.tier.<tier>" -> its store's probe.
+    health_services: dict[str, list[str]] = field(default_factory=dict)
     # For `memoryd backup`/`restore`: who has memories, and where backups go.
     memory: VectorMemory | None = None
     backups: BackupStore | None = None
@@ -77,6 +89,14 @@ class App:
         for close in reversed(self.closers):
             log.debug("closing %s", close)
             await close()
+
+
+def store_names(settings: Settings) -> tuple[str, str, str]:
+    """How metrics name the hot store, the vector store and the write-behind queue."""
+    vectors = "qdrant" if settings.vectors.backend == "qdrant" else "qdrant_edge"
+    if settings.redis_url:
+        return "redis", vectors, "redis_stream"
+    return "in_process", vectors, "file_queue"
 
 
 # Each store comes from its port package's adapter registry, by the name the settings give.
@@ -204,15 +224,37 @@ async def build_app(
     settings: Settings,
     clock: Callable[[], float] = time.time,
     embedder: Embedder | None = None,
+    telemetry: Telemetry | None = None,
 ) -> App:
     """Open every store (off the event loop where it blocks) and wire the core."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if telemetry is None:
+        try:
+            telemetry = Telemetry.from_settings(settings)
+        except TracingUnavailable as exc:
+            raise StartupRefused(str(exc)) from exc
+    observer = telemetry.observer
     embedder = embedder or build_embedder(settings)
+    if isinstance(embedder, CachedEmbedder):
+        telemetry.metrics.watch_embedding_cache(embedder.stats)
     vectors = await asyncio.to_thread(open_vectors, settings, embedder)
-    hot = build_hot_store(settings)
-    queue = build_queue(settings)
-    memory = VectorMemory(vectors, embedder, settings.retrieval, clock)
-    archive = ColdArchive(JsonlArchiveStore(settings.data_dir / "archive"), clock)
+    hot_name, vectors_name, queue_name = store_names(settings)
+    # Only the calls made for requests and background work are timed, not the probes.
+    hot = observed(build_hot_store(settings), hot_name, observer, skip=("ping", "close"))
+    queue = observed(
+        build_queue(settings),
+        queue_name,
+        observer,
+        skip=("take", "pending", "oldest_put_at", "close"),
+    )
+    memory = VectorMemory(
+        observed(vectors, vectors_name, observer, skip=("healthy", "close")),
+        embedder,
+        settings.retrieval,
+        clock,
+        observer,
+    )
+    archive = ColdArchive(JsonlArchiveStore(settings.data_dir / "archive"), clock, observer)
 
     async def copy_message(scope: Scope, message: MemoryRecord) -> None:
         await copier.enqueue(scope, message)
@@ -229,7 +271,7 @@ async def build_app(
     tiers = build_tiers(deps)
     long_term = tiers[Tier.LONG_TERM]
     assert isinstance(long_term, LongTermTier)  # the durable copies go there
-    copier = ConversationCopier(queue, long_term, settings.write_behind)
+    copier = ConversationCopier(queue, long_term, settings.write_behind, observer)
     backups = FileBackupStore(settings.data_dir / "backups")
     erasure = Erasure(
         tiers,
@@ -237,6 +279,7 @@ async def build_app(
         clock,
         backups=backups,
         flush=copier.drain,
+        observer=observer,
     )
     chat = build_extractor(settings)
     engine = MemoryEngine(
@@ -247,9 +290,14 @@ async def build_app(
         settings.usage,
         archive,
         erasure,
-        build_sessions(settings, tiers, chat),
+        sessions=build_sessions(settings, tiers, chat),
+        observer=observer,
     )
     maintenance = Maintenance(memory, tiers, settings.retention)
+
+    async def maintain() -> None:
+        await maintenance.run_once()
+        await maintenance.survey()
 
     async def vectors_up() -> bool:
         return await asyncio.to_thread(vectors.healthy)
@@ -263,10 +311,21 @@ async def build_app(
         vectors=vectors,
         maintenance=maintenance,
         maintenance_loop=MaintenanceLoop(
-            maintenance.run_once, settings.retention.maintenance_interval_seconds
+            maintain,
+            settings.retention.maintenance_interval_seconds,
+            first=maintenance.survey,  # the storage metrics, without waiting an interval
         ),
-        probes={"memoryd.hot_store": hot.ping, "memoryd.vector_store": vectors_up},
-        closers=[close_vectors, hot.close, queue.close, *([chat.close] if chat else [])],
+        probes={HOT_PROBE: hot.ping, VECTOR_PROBE: vectors_up},
+        closers=[
+            telemetry.close,
+            close_vectors,
+            hot.close,
+            queue.close,
+            *([chat.close] if chat else []),
+        ],
         memory=memory,
         backups=backups,
+        telemetry=telemetry,
+        probe_stores={HOT_PROBE: hot_name, VECTOR_PROBE: vectors_name},
+        health_services={f"memoryd.tier.{s.tier.value}": [_PROBE_OF[s.store]] for s in served()},
     )

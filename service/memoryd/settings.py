@@ -184,8 +184,8 @@ class ExtractionSettings(BaseModel):
     Configured when `base_url` or `api_key` is set; otherwise EndSession skips extraction."""
 
     base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. .../v1")
-    api_key: SecretStr | None = None
-    model: str = Field("gpt-4o-mini", min_length=1)
+    api_key: SecretStr | None = Field(None, description="API key of the chat endpoint")
+    model: str = Field("gpt-4o-mini", min_length=1, description="Chat model that extracts facts")
     timeout_seconds: float = Field(60.0, gt=0, description="Per request to the endpoint")
     max_retries: int = Field(
         2, ge=0, description="Retries of timeouts, 429 and 5xx answers (by the client)"
@@ -380,6 +380,23 @@ class BackupSettings(BaseModel):
     retention_days: int = Field(30, ge=1, description="Backup days older than this are deleted")
 
 
+class MetricsSettings(BaseModel):
+    """Prometheus metrics, served on their own HTTP listener (docs/reference/metrics.md)."""
+
+    listen: str = Field(
+        "127.0.0.1:9464", description="host:port serving /metrics; empty turns metrics off"
+    )
+
+
+class TracingSettings(BaseModel):
+    """OpenTelemetry traces (the `otel` extra). The exporter reads the standard
+    OTEL_EXPORTER_OTLP_* variables."""
+
+    enabled: bool = Field(False, description="Trace calls, embedding, store calls and fusion")
+    exporter: Literal["otlp", "console"] = Field("otlp", description="Where spans go")
+    service_name: str = Field("memoryd", description="The service.name resource attribute")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MEMORYD_",
@@ -395,6 +412,11 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", description="Lowest level logged"
     )
+    log_format: Literal["auto", "json", "console"] = Field(
+        "auto", description="auto: JSON lines unless the log stream is a terminal"
+    )
+    metrics: MetricsSettings = MetricsSettings()
+    tracing: TracingSettings = TracingSettings()
 
     working: WorkingSettings = WorkingSettings()
     short_term: ShortTermSettings = ShortTermSettings()

@@ -86,7 +86,12 @@ async def test_a_redis_that_is_down_gives_unavailable_and_not_serving(
 
 def test_sigterm_turns_not_serving_then_stops_gracefully(tmp_path: Path) -> None:
     port = free_port()
-    env = {**os.environ, "MEMORYD_LISTEN": f"127.0.0.1:{port}", "MEMORYD_DATA_DIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "MEMORYD_LISTEN": f"127.0.0.1:{port}",
+        "MEMORYD_DATA_DIR": str(tmp_path),
+        "MEMORYD_METRICS__LISTEN": "127.0.0.1:0",
+    }
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "service")
     proc = subprocess.Popen(
         [sys.executable, "-m", "memoryd", "serve"], env=env, stderr=subprocess.PIPE, text=True

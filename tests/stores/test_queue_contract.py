@@ -3,8 +3,10 @@ stream) behaves the same."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import redis.asyncio as aioredis
@@ -17,6 +19,7 @@ from memoryd.stores.queue.redis_stream import RedisStreamQueue
 from redis_server import RedisServer
 
 Opener = Callable[[], Awaitable[WriteBehindQueue]]
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -97,6 +100,28 @@ async def test_acked_entries_never_come_back(open_queue: Opener) -> None:
     assert await reopened.take(10, wait_s=0.05) == []
 
 
+async def test_the_oldest_pending_entry_tells_when_it_was_put(open_queue: Opener) -> None:
+    queue = await open_queue()
+    assert await queue.oldest_put_at() is None
+    before = time.time()
+    await queue.put({"n": 1})
+    await queue.put({"n": 2})
+    after = time.time()
+    oldest = await queue.oldest_put_at()
+    # Redis stamps ids in whole milliseconds.
+    assert oldest is not None and before - 0.001 <= oldest <= after
+    taken = await queue.take(1, wait_s=0.1)
+    assert await queue.oldest_put_at() == oldest  # taken is not done
+    await queue.ack([e.id for e in taken])
+    second = await queue.oldest_put_at()
+    assert second is not None and oldest <= second <= after
+    await queue.close()
+    reopened = await open_queue()  # the put time survives a restart
+    assert await reopened.oldest_put_at() == second
+    await reopened.ack([e.id for e in await reopened.take(10, wait_s=0.1)])
+    assert await reopened.oldest_put_at() is None
+
+
 async def test_a_redis_that_is_down_is_reported(tmp_path: Path) -> None:
     redis = RedisServer(tmp_path)
     client = aioredis.Redis.from_url(redis.url, socket_connect_timeout=0.5)
@@ -105,6 +130,35 @@ async def test_a_redis_that_is_down_is_reported(tmp_path: Path) -> None:
     with pytest.raises(QueueDown):
         await queue.put({"n": 1})
     await client.aclose()
+
+
+async def test_the_redis_queue_works_again_after_redis_restarts_empty(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    redis = RedisServer(tmp_path / "a")
+    client = aioredis.Redis.from_url(redis.url, socket_connect_timeout=0.5)
+    queue = RedisStreamQueue(client, consumer="c", stream="s")
+    await queue.put({"n": 1})
+    await queue.ack([e.id for e in await queue.take(10, wait_s=0.1)])
+    redis.stop()
+    redis = RedisServer(tmp_path / "b", port=redis.port)  # no data: the group is gone
+
+    async def soon(op: Callable[[], Awaitable[T]]) -> T:
+        """The first calls after the restart may still report the outage, as QueueDown."""
+        for _ in range(3):
+            try:
+                return await op()
+            except QueueDown:
+                continue
+        raise AssertionError("the queue did not recover")
+
+    try:
+        await soon(lambda: queue.put({"n": 2}))
+        taken = await soon(lambda: queue.take(10, wait_s=0.1))
+        assert [e.body for e in taken] == [{"n": 2}]
+    finally:
+        await client.aclose()
+        redis.stop()
 
 
 async def test_a_torn_last_line_is_ignored(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from clock import MovableClock
 from memoryd.core.engine import MemoryEngine
-from memoryd.core.errors import InvalidArgument, QuotaExceeded, Unimplemented
+from memoryd.core.errors import InvalidArgument, QuotaExceeded
 from memoryd.core.models import (
     AddCommand,
     ExportQuery,
@@ -64,11 +64,6 @@ async def test_keys_address_only_keyed_tiers(engine: MemoryEngine) -> None:
     with pytest.raises(InvalidArgument) as caught:
         await engine.get(Lookup(scope=ME, tier=Tier.LONG_TERM, keys=["k"]))
     assert caught.value.violations[0].field == "keys"
-
-
-async def test_a_tier_not_served_yet_is_unimplemented(engine: MemoryEngine) -> None:
-    with pytest.raises(Unimplemented):
-        await engine.add(AddCommand(scope=ME, tier=Tier.ENTITY, content="Ada Lovelace"))
 
 
 async def test_a_body_belongs_to_its_own_tier_only(engine: MemoryEngine) -> None:

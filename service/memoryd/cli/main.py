@@ -19,6 +19,7 @@ from memoryd.cli.reindex import ReindexRefused, reindex
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.settings import Settings, load_settings
 from memoryd.stores.backup.port import BackupStore, BackupStoreError
+from memoryd.transport.logs import configure_logging
 from memoryd.transport.server import serve
 
 
@@ -139,9 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_mcp_command(args)
     overrides = {"listen": args.listen} if getattr(args, "listen", None) else {}
     settings = load_settings(args.config, **overrides)
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     if args.command != "serve":
         progress.quiet_library_bars(not getattr(args, "no_progress", False))
     try:

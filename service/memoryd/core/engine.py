@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 
-from memoryd.core.errors import FieldViolation, InvalidArgument, Unimplemented
+from memoryd.core.errors import FieldViolation, InvalidArgument, QuotaExceeded, Unimplemented
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.erasure import Erasure
 from memoryd.core.lifecycle.usage import usage_report
@@ -31,6 +32,7 @@ from memoryd.core.models import (
     Tier,
     UsageReport,
 )
+from memoryd.core.observe import NullObserver, Observer, text_sha256, user_hash
 from memoryd.core.retrieval.render_context import RenderedContext, render_memory_block
 from memoryd.core.retrieval.token_budget import TokenCounter, fit_to_budget
 from memoryd.core.sessions.sessions import Sessions
@@ -50,6 +52,9 @@ from memoryd.settings import LimitSettings, RetrievalSettings, UsageSettings
 
 # An invalid import is refused naming at most this many of its bad items.
 _MAX_REPORTED_ITEMS = 20
+
+# The retrieval log (FR-008): one line per Retrieve and RenderContext.
+retrieval_log = logging.getLogger("memoryd.retrieval")
 
 
 def _body_problems(tier: Tier, item: AddCommand | MemoryRecord) -> list[FieldViolation]:
@@ -73,9 +78,11 @@ class MemoryEngine:
         archive: ColdArchive | None = None,
         erasure: Erasure | None = None,
         sessions: Sessions | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self._tiers = dict(tiers)
         self._sessions = sessions
+        self._observer = observer or NullObserver()
         self._erasure = erasure
         self._archive = archive
         self._limits = limits
@@ -109,7 +116,13 @@ class MemoryEngine:
         v.raise_if_any()
         # An explicit remember/forget in a user message takes effect before it is stored.
         command = await self._sessions.on_add(cmd) if self._sessions is not None else None
-        result = await handler.add(cmd)
+        try:
+            result = await handler.add(cmd)
+        except QuotaExceeded:
+            self._observer.quota_alert(cmd.tier, "exceeded")
+            raise
+        if result.evicted_keys:
+            self._observer.deleted(cmd.tier, "evicted", len(result.evicted_keys))
         result.command = command
         return result
 
@@ -144,7 +157,7 @@ class MemoryEngine:
         ]
         items, total, embedding_ms = await self._search(query, tiers, top_k)
         fitted = fit_to_budget(items, budget, self._counter)
-        return RetrieveResult(
+        result = RetrieveResult(
             items=fitted.items,
             total_count=total,
             embedding_ms=embedding_ms,
@@ -152,6 +165,16 @@ class MemoryEngine:
             token_count=fitted.token_count,
             truncated=fitted.truncated,
         )
+        _log_retrieval(
+            "Retrieve",
+            query.scope,
+            query.query,
+            tiers,
+            len(result.items),
+            result.truncated,
+            started,
+        )
+        return result
 
     async def _search(
         self, query: RetrieveQuery, tiers: Sequence[Tier], top_k: int
@@ -171,17 +194,19 @@ class MemoryEngine:
                 working.extend(hits.items)
             else:
                 ranked.append(hits.items)
-        # Working memory is the current task's state: always first, then by relevance. The
-        # merge keeps each tier's own order (which may set a near-repeat back, see
-        # vector_memory.diversify) and takes whichever tier's next item scores higher.
-        others = list(heapq.merge(*ranked, key=lambda r: -r.score))
-        # A message can be both in its session and (as its durable copy) in long-term
-        # memory, under one id: return it once, from the tier that ranked it first.
-        unique = list({r.id: r for r in reversed(working + others)}.values())[::-1]
+        with self._observer.fusion("tiers"):
+            # Working memory is the current task's state: always first, then by relevance.
+            # The merge keeps each tier's own order (which may set a near-repeat back, see
+            # vector_memory.diversify) and takes whichever tier's next item scores higher.
+            others = list(heapq.merge(*ranked, key=lambda r: -r.score))
+            # A message can be both in its session and (as its durable copy) in long-term
+            # memory, under one id: return it once, from the tier that ranked it first.
+            unique = list({r.id: r for r in reversed(working + others)}.values())[::-1]
         return unique, total, embedding_ms
 
     async def render_context(self, request: RenderQuery) -> RenderedContext:
         """Persona facts, then the memories relevant to the query, as a <memory> block."""
+        started = time.perf_counter()
         v = Violations()
         check_scope(v, request.scope, self._limits)
         top_k = resolve_top_k(v, request.top_k, self._limits)
@@ -192,12 +217,13 @@ class MemoryEngine:
         v.raise_if_any()
         header: list[MemoryRecord] = []
         listing = RetrieveQuery(scope=request.scope)
-        for tier in self._tiers:
-            if spec(tier).render_header:
-                header += (await self._tier(tier).retrieve(listing, top_k)).items
+        header_tiers = [t for t in self._tiers if spec(t).render_header]
+        for tier in header_tiers:
+            header += (await self._tier(tier).retrieve(listing, top_k)).items
         memories: list[MemoryRecord] = []
+        searched: list[Tier] = []
         if request.query.strip():
-            tiers: list[Tier] = [t for t in request.tiers if not spec(t).render_header] or [
+            searched = [t for t in request.tiers if not spec(t).render_header] or [
                 t
                 for t, h in self._tiers.items()
                 if not spec(t).render_header and h.can_retrieve(request.scope)
@@ -205,15 +231,25 @@ class MemoryEngine:
             query = RetrieveQuery(
                 scope=request.scope,
                 query=request.query,
-                tiers=tiers,
+                tiers=searched,
                 top_k=top_k,
                 min_score=request.min_score,
             )
-            found, _, _ = await self._search(query, tiers, top_k)
+            found, _, _ = await self._search(query, searched, top_k)
             # Hot tiers list everything of the task/session; only what the query touches
             # belongs in a prompt.
             memories = [m for m in found if m.score > 0]
-        return render_memory_block(header, memories, budget, self._counter)
+        rendered = render_memory_block(header, memories, budget, self._counter)
+        _log_retrieval(
+            "RenderContext",
+            request.scope,
+            request.query,
+            header_tiers + searched,
+            rendered.item_count,
+            rendered.truncated,
+            started,
+        )
+        return rendered
 
     def _check_lookup(self, lookup: Lookup) -> TierHandler:
         v = Violations()
@@ -231,7 +267,9 @@ class MemoryEngine:
         return await self._check_lookup(lookup).get(lookup)
 
     async def delete(self, lookup: Lookup) -> int:
-        return await self._check_lookup(lookup).delete(lookup)
+        deleted = await self._check_lookup(lookup).delete(lookup)
+        self._observer.deleted(lookup.tier, "delete", deleted)
+        return deleted
 
     async def prune(self, cmd: PruneCommand, requested_by: str = "") -> PruneResult:
         """Prune the named tiers; ALL with no tier named erases the user everywhere
@@ -259,9 +297,11 @@ class MemoryEngine:
             count = await self._tier(tier).prune(cmd)
             result.per_tier[tier] = count
             if cmd.strategy is PruneStrategy.ARCHIVE_OLDER_THAN:
-                result.archived_count += count
+                result.archived_count += count  # the cold archive reports these
             else:
                 result.deleted_count += count
+                if not cmd.dry_run:
+                    self._observer.deleted(tier, f"prune_{cmd.strategy.value}", count)
         return result
 
     def _export_tiers(self, query: ExportQuery) -> list[Tier]:
@@ -370,4 +410,32 @@ class MemoryEngine:
             for tier, handler in self._tiers.items()
             if spec(tier).counted_in_usage
         ]
-        return usage_report(tiers, self._usage)
+        report = usage_report(tiers, self._usage)
+        for alert in report.alerts:
+            self._observer.quota_alert(alert.tier, alert.level)
+        return report
+
+
+def _log_retrieval(
+    rpc: str,
+    scope: Scope,
+    query: str,
+    tiers: Sequence[Tier],
+    result_count: int,
+    truncated: bool,
+    started: float,
+) -> None:
+    """FR-008: who (hashed), what (the query's SHA-256, never its text), where, how many,
+    how long. The request id is added by the log configuration."""
+    retrieval_log.info(
+        "retrieval",
+        extra={
+            "rpc": rpc,
+            "user": user_hash(scope),
+            "query_sha256": text_sha256(query),
+            "tiers": [t.value for t in tiers],
+            "result_count": result_count,
+            "truncated": truncated,
+            "latency_ms": round((time.perf_counter() - started) * 1000, 3),
+        },
+    )

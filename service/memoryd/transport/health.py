@@ -1,13 +1,15 @@
 """grpc.health.v1.Health: one status per store component, per service, and overall.
 
 A background loop probes the stores, so Check answers from memory and never waits on them.
+Besides each probe's own name, `services` names statuses that follow some probes (a tier's
+follows its store's), and `report` is told every probe's result (the store-up metric).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from grpc_health.v1 import _async as health_aio
 from grpc_health.v1 import health_pb2 as hpb
@@ -17,16 +19,24 @@ from memoryd.core.tasks import stop_task
 log = logging.getLogger(__name__)
 
 Probe = Callable[[], Awaitable[bool]]
+Report = Callable[[str, bool], None]
 
 SERVICE_NAME = "memoryd.v1.MemoryService"
 
 
 class HealthMonitor:
     def __init__(
-        self, probes: Mapping[str, Probe], interval_s: float, probe_timeout_s: float = 2.0
+        self,
+        probes: Mapping[str, Probe],
+        interval_s: float,
+        probe_timeout_s: float = 2.0,
+        services: Mapping[str, Sequence[str]] | None = None,
+        report: Report | None = None,
     ) -> None:
         self.servicer = health_aio.HealthServicer()
         self._probes = dict(probes)
+        self._services = dict(services or {})
+        self._report = report
         self._interval = interval_s
         self._timeout = probe_timeout_s
         self._task: asyncio.Task[None] | None = None
@@ -43,6 +53,10 @@ class HealthMonitor:
             if self._last.get(name) != up:
                 log.log(logging.INFO if up else logging.WARNING, "%s is %s", name, _word(up))
             await self.servicer.set(name, _status(up))
+            if self._report is not None:
+                self._report(name, up)
+        for service, needs in self._services.items():
+            await self.servicer.set(service, _status(all(states.get(n, False) for n in needs)))
         ready = all(states.values())
         await self.servicer.set(SERVICE_NAME, _status(ready))
         await self.servicer.set("", _status(ready))

@@ -5,7 +5,8 @@ entered for the whole call (a unary call, or every message of a stream). They wr
 method handler itself, not the continuation, because in grpc.aio that is the only place
 that runs inside the call and sees its exceptions. `server.py` lists them outermost first:
 
-    errors (domain error -> status) -> identity (principal) -> servicer
+    observability (request id, metrics, log line) -> errors (domain error -> status)
+        -> identity (principal) -> servicer
 """
 
 from __future__ import annotations

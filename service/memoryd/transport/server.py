@@ -14,7 +14,10 @@ from memoryd.app import App
 from memoryd.settings import Settings
 from memoryd.transport.health import SERVICE_NAME, HealthMonitor
 from memoryd.transport.interceptors import CallContext, DefaultTenant, ErrorMapping, Identity
+from memoryd.transport.metrics import MetricsListener
+from memoryd.transport.observability import Observability
 from memoryd.transport.servicer import MemoryServicer
+from memoryd.transport.tracing import server_interceptor
 from memoryd.v1 import memory_pb2, memory_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -24,12 +27,32 @@ class MemorydServer:
     def __init__(self, settings: Settings, app: App, health_interval_s: float = 2.0) -> None:
         self._settings = settings
         self._app = app
-        self._health = HealthMonitor(app.probes, health_interval_s)
+        metrics = app.telemetry.metrics
+        self._health = HealthMonitor(
+            app.probes,
+            health_interval_s,
+            services=app.health_services,
+            report=lambda probe, up: metrics.set_store_up(app.probe_stores.get(probe, probe), up),
+        )
+        self._metrics_listener = (
+            MetricsListener(metrics.registry, settings.metrics.listen)
+            if settings.metrics.listen
+            else None
+        )
         calls = CallContext()
         max_bytes = settings.limits.max_message_bytes
+        provider = app.telemetry.tracer_provider
+        # The trace's server span encloses the whole call, so every log line is inside it.
+        tracing = [server_interceptor(provider)] if provider is not None else []
         self._server = grpc.aio.server(
-            # Outermost first: errors are mapped for everything inside, identity included.
-            interceptors=[ErrorMapping(), Identity(DefaultTenant(), calls)],
+            # Outermost first: the request id, metrics and log line see every outcome;
+            # errors are mapped for everything inside, identity included.
+            interceptors=[
+                *tracing,
+                Observability(metrics, calls),
+                ErrorMapping(),
+                Identity(DefaultTenant(), calls),
+            ],
             options=[
                 ("grpc.max_receive_message_length", max_bytes),
                 ("grpc.max_send_message_length", max_bytes),
@@ -47,6 +70,7 @@ class MemorydServer:
             )
             reflection.enable_server_reflection(names, self._server)
         self.port = 0
+        self.metrics_port = 0
         self._stopped = False
 
     @property
@@ -57,6 +81,9 @@ class MemorydServer:
         self.port = self._server.add_insecure_port(self._settings.listen)
         if self.port == 0:
             raise OSError(f"cannot listen on {self._settings.listen}")
+        if self._metrics_listener is not None:
+            self.metrics_port = self._metrics_listener.start()
+            log.info("metrics on port %d", self.metrics_port)
         await self._health.start()
         await self._app.start()
         await self._server.start()
@@ -74,6 +101,8 @@ class MemorydServer:
         await self._server.stop(grace)
         log.debug("stopping: app")
         await self._app.close()
+        if self._metrics_listener is not None:
+            self._metrics_listener.stop()
         log.info("memoryd stopped")
 
     async def wait(self) -> None:

@@ -14,6 +14,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from memoryd.core.errors import StoreUnavailable
 from memoryd.core.models import Kind, MemoryRecord, Role, Scope, Source, Tier
+from memoryd.core.observe import NullObserver, Observer
 from memoryd.core.tiers.bodies import episode_from_dict, episode_to_dict
 from memoryd.stores.archive.port import ArchiveStore, ArchiveStoreError
 
@@ -76,9 +77,12 @@ def from_entry(entry: dict[str, Any]) -> MemoryRecord:
 
 
 class ColdArchive:
-    def __init__(self, store: ArchiveStore, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, store: ArchiveStore, clock: Callable[[], float], observer: Observer | None = None
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._observer = observer or NullObserver()
 
     async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         try:
@@ -92,9 +96,11 @@ class ColdArchive:
             return 0
         now = self._clock()
         entries = [to_entry(r, scope, now) for r in records]
-        return await self._call(
+        written = await self._call(
             self._store.append, scope.tenant, scope.user_id, tier.value, entries
         )
+        self._observer.archived(tier, written)
+        return written
 
     async def records(self, scope: Scope, tier: Tier) -> AsyncIterator[MemoryRecord]:
         """The user's archived records of `tier`, each id once, read in batches."""

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from memoryd.core.errors import StoreUnavailable
 from memoryd.core.models import PruneCommand, PruneResult, PruneStrategy, Scope, Tier
+from memoryd.core.observe import NullObserver, Observer
 from memoryd.core.tiers.base import TierHandler
 from memoryd.core.tiers.registry import spec
 from memoryd.stores.audit.port import AuditLog, AuditLogError
@@ -27,8 +28,10 @@ class Erasure:
         clock: Callable[[], float],
         backups: BackupStore | None = None,
         flush: Flush | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self._tiers = {t: h for t, h in tiers.items() if spec(t).erased}
+        self._observer = observer or NullObserver()
         self._audit = audit
         self._clock = clock
         self._backups = backups
@@ -78,6 +81,8 @@ class Erasure:
             )
             result.per_tier[tier] = n
             result.deleted_count += n
+            if not cmd.dry_run:
+                self._observer.deleted(tier, "erasure", n)
         backup_files = await self._backup_files(scope, cmd.dry_run)
         if not cmd.dry_run:
             entry = {

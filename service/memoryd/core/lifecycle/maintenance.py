@@ -13,7 +13,7 @@ from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import PruneCommand, PruneStrategy, Scope, Tier
 from memoryd.core.tasks import stop_task
 from memoryd.core.tiers.base import TierHandler
-from memoryd.core.tiers.registry import retained
+from memoryd.core.tiers.registry import StoreFamily, retained, spec
 from memoryd.settings import RetentionSettings
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,7 @@ class Maintenance:
     ) -> None:
         """Plans every tier the registry gives a retention, among those served."""
         self._memory = memory
+        self._surveyed = [t for t in tiers if spec(t).store is StoreFamily.VECTORS]
         self._plans = [
             _Plan(tiers[s.tier], s.archive_after_days(retention), s.archive_first)
             for s in retained()
@@ -55,7 +56,9 @@ class Maintenance:
 
     async def _purge(self, plan: _Plan, scope: Scope) -> int:
         tier = plan.handler.tier
-        return await plan.handler.prune(PruneCommand(scope, PruneStrategy.EXPIRED, tiers=[tier]))
+        purged = await plan.handler.prune(PruneCommand(scope, PruneStrategy.EXPIRED, tiers=[tier]))
+        self._memory.observer.deleted(tier, "purge", purged)
+        return purged
 
     async def _archive(self, plan: _Plan, scope: Scope) -> int:
         tier = plan.handler.tier
@@ -100,18 +103,27 @@ class Maintenance:
         )
         return report
 
+    async def survey(self) -> None:
+        """Report what each vector tier stores (bytes, ages of its memories): the RT-005
+        storage metrics."""
+        for tier in self._surveyed:
+            self._memory.observer.stored_bytes(tier, await self._memory.survey(tier))
+
 
 class MaintenanceLoop:
     """Runs `run` every `interval_s` seconds in a background task (first run one interval
-    after start); a failed run is logged and the loop goes on."""
+    after start; `first`, if given, right at start); a failed run is logged and the loop
+    goes on."""
 
     def __init__(
         self,
         run: Callable[[], Awaitable[object]],
         interval_s: float,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        first: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self._run = run
+        self._first = first
         self._interval_s = interval_s
         self._sleep = sleep
         self._task: asyncio.Task[None] | None = None
@@ -125,11 +137,16 @@ class MaintenanceLoop:
         self._task = None
 
     async def _loop(self) -> None:
+        if self._first is not None:
+            await self._attempt(self._first)
         while True:
             await self._sleep(self._interval_s)
-            try:
-                await self._run()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("maintenance run failed; next try in %.0f s", self._interval_s)
+            await self._attempt(self._run)
+
+    async def _attempt(self, run: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("maintenance run failed; next try in %.0f s", self._interval_s)

@@ -1,10 +1,16 @@
 """The durable copy of conversation messages: short-term Add queues it, a background
-worker embeds queued messages in batches and stores them in long-term memory."""
+worker embeds queued messages in batches and stores them in long-term memory.
+
+Each queued message carries the id of the request that queued it, so the log lines of
+its copy, written later by the worker, can be found with that request's.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -12,12 +18,17 @@ from tenacity import AsyncRetrying, RetryCallState, wait_fixed
 
 from memoryd.core.errors import MemorydError, StoreUnavailable
 from memoryd.core.models import Kind, MemoryRecord, Role, Scope, Tier
+from memoryd.core.observe import NullObserver, Observer, request_id
 from memoryd.core.tasks import stop_task
 from memoryd.core.tiers.long_term import LongTermTier
 from memoryd.settings import WriteBehindSettings
 from memoryd.stores.queue.port import QueueDown, QueueEntry, WriteBehindQueue
 
 log = logging.getLogger(__name__)
+
+QUEUE_NAME = "write_behind"
+# The backlog is reported at most this often (each report asks the queue twice).
+_BACKLOG_EVERY_S = 1.0
 
 
 def _body(scope: Scope, message: MemoryRecord) -> dict[str, Any]:
@@ -28,7 +39,12 @@ def _body(scope: Scope, message: MemoryRecord) -> dict[str, Any]:
         "role": message.role.value,
         "created_at": message.created_at,
         "metadata": message.metadata,
+        "request_id": request_id(),
     }
+
+
+def _request_ids(entries: Sequence[QueueEntry]) -> list[str]:
+    return [str(e.body.get("request_id") or "") for e in entries]
 
 
 def _parse(body: dict[str, Any]) -> tuple[Scope, MemoryRecord]:
@@ -48,12 +64,18 @@ def _parse(body: dict[str, Any]) -> tuple[Scope, MemoryRecord]:
 
 class ConversationCopier:
     def __init__(
-        self, queue: WriteBehindQueue, long_term: LongTermTier, settings: WriteBehindSettings
+        self,
+        queue: WriteBehindQueue,
+        long_term: LongTermTier,
+        settings: WriteBehindSettings,
+        observer: Observer | None = None,
     ) -> None:
         self._queue = queue
         self._long_term = long_term
         self._settings = settings
+        self._observer = observer or NullObserver()
         self._task: asyncio.Task[None] | None = None
+        self._backlog_reported = -_BACKLOG_EVERY_S
 
     async def enqueue(self, scope: Scope, message: MemoryRecord) -> None:
         try:
@@ -66,9 +88,50 @@ class ConversationCopier:
         entries: list[QueueEntry] = await self._queue.take(self._settings.batch_size, wait_s)
         if not entries:
             return 0
-        await self._long_term.add_messages([_parse(e.body) for e in entries])
-        await self._queue.ack([e.id for e in entries])
+        try:
+            await self._long_term.add_messages([_parse(e.body) for e in entries])
+            await self._queue.ack([e.id for e in entries])
+        except QueueDown:
+            raise  # the queue itself is down: the worker loop says so
+        except MemorydError as exc:
+            # Store down: entries stay pending and are retried, never dropped.
+            log.warning(
+                "conversation copy paused: %s", exc, extra={"request_ids": _request_ids(entries)}
+            )
+            raise
+        except Exception:
+            log.exception(
+                "conversation copy failed; retrying", extra={"request_ids": _request_ids(entries)}
+            )
+            raise
+        for entry, rid in zip(entries, _request_ids(entries), strict=True):
+            log.info(
+                "conversation copy stored",
+                extra={
+                    "request_id": rid,
+                    "tier": Tier.LONG_TERM.value,
+                    "memory_id": entry.body["id"],
+                },
+            )
         return len(entries)
+
+    async def report_backlog(self) -> None:
+        """Tell the observer how many messages wait for their copy, and for how long."""
+        pending = await self._queue.pending()
+        oldest = await self._queue.oldest_put_at()
+        # Queues stamp entries with the wall clock.
+        age = 0.0 if oldest is None else max(0.0, time.time() - oldest)
+        self._observer.backlog(QUEUE_NAME, pending, age)
+
+    async def _maybe_report_backlog(self) -> None:
+        now = time.monotonic()
+        if now - self._backlog_reported < _BACKLOG_EVERY_S:
+            return
+        self._backlog_reported = now
+        try:
+            await self.report_backlog()
+        except Exception:  # a metric must never stop the copy
+            log.debug("write-behind backlog unknown", exc_info=True)
 
     async def drain(self, timeout_s: float = 30.0) -> None:
         """Wait until everything queued now is copied (shutdown, `memoryd` tools, tests).
@@ -91,6 +154,7 @@ class ConversationCopier:
         async for attempt in retrying:
             with attempt:
                 while True:
+                    await self._maybe_report_backlog()
                     await self.drain_once(wait_s=1.0)
 
     def start(self) -> None:
@@ -104,7 +168,8 @@ class ConversationCopier:
 
 def _log_failure(state: RetryCallState) -> None:
     exc = state.outcome.exception() if state.outcome is not None else None
-    if isinstance(exc, MemorydError | QueueDown):
-        log.warning("conversation copy paused: %s", exc)  # a store is down
+    if isinstance(exc, QueueDown):
+        log.warning("conversation copy paused: %s", exc)  # the queue itself is down
     else:
-        log.error("conversation copy failed; retrying", exc_info=exc)
+        # drain_once logged it, with the request ids of the messages concerned.
+        log.debug("conversation copy failed; retrying", exc_info=exc)

@@ -20,6 +20,7 @@ import numpy as np
 from memoryd.core.errors import FieldViolation, StoreUnavailable
 from memoryd.core.memory.payload import content_hash, embed_text_of, from_payload, to_payload
 from memoryd.core.models import ImportResult, Kind, MemoryRecord, Scope, Tier
+from memoryd.core.observe import NullObserver, Observer
 from memoryd.core.retrieval import bm25
 from memoryd.core.tiers.base import TierHits
 from memoryd.settings import RetrievalSettings
@@ -34,6 +35,7 @@ from memoryd.stores.vectors.port import (
     MatchValue,
     Range,
     RrfParams,
+    ScoredPoint,
     StoredPoint,
     VectorPoint,
     VectorStore,
@@ -68,12 +70,15 @@ class VectorMemory:
         embedder: Embedder,
         retrieval: RetrievalSettings,
         clock: Callable[[], float],
+        observer: Observer | None = None,
     ) -> None:
         self.store = store
         self._embedder = embedder
         self._retrieval = retrieval
         self._clock = clock
         self._encoder = bm25.BM25Encoder()
+        # Shared with the tiers built on this memory, which report their removals to it.
+        self.observer: Observer = observer or NullObserver()
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking store call in a thread; a store failure becomes UNAVAILABLE."""
@@ -85,7 +90,8 @@ class VectorMemory:
     async def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], float]:
         started = time.perf_counter()
         try:
-            vectors = await asyncio.to_thread(self._embedder.embed, list(texts))
+            with self.observer.embedding(len(texts)):
+                vectors = await asyncio.to_thread(self._embedder.embed, list(texts))
         except EmbedderUnavailable as exc:
             raise StoreUnavailable("embedder", str(exc)) from exc
         return vectors, (time.perf_counter() - started) * 1000
@@ -167,6 +173,22 @@ class VectorMemory:
             found.update((str(p.payload["tenant"]), str(p.payload["user_id"])) for p in points)
             if offset is None:
                 return sorted(found)
+
+    async def survey(self, tier: Tier) -> int:
+        """Every stored memory of `tier`, all users (soft-deleted and expired ones too, as
+        they still take space): reports each page's ages in days to the observer and
+        returns their content bytes."""
+        now = self._clock()
+        flt = Filter(must=[MatchValue("tier", tier.value)])
+        size = 0
+        offset: str | None = None
+        while True:
+            points, offset = await self.call(self.store.scroll, flt, limit=PAGE_SIZE, offset=offset)
+            size += sum(int(p.payload.get("size", 0)) for p in points)
+            created = [float(p.payload.get("created_at", now)) for p in points]
+            self.observer.ages(tier, [max(0.0, now - c) / 86_400.0 for c in created])
+            if offset is None:
+                return size
 
     async def remove(self, flt: Filter, dry_run: bool) -> int:
         """Delete what matches `flt` (on dry_run only count it); returns how many."""
@@ -281,6 +303,21 @@ class VectorMemory:
             with_vectors=dense is not None,
         )
         idf = await self.call(self._idf, flt, terms, live) if hits and terms else {}
+        with self.observer.fusion("signals"):
+            picked, total = self._rank(hits, dense, idf, threshold, top_k)
+        return TierHits(items=picked, total=total, embedding_ms=embedding_ms)
+
+    def _rank(
+        self,
+        hits: Sequence[ScoredPoint],
+        dense: list[float] | None,
+        idf: Mapping[int, float],
+        threshold: float,
+        top_k: int,
+    ) -> tuple[list[MemoryRecord], int]:
+        """Fuse each hit's semantic and keyword signals into its score, keep those over
+        the threshold, and pick the top_k by relevance and diversity."""
+        settings = self._retrieval
         query_vector = None if dense is None else np.asarray(dense)
         candidates: list[_Candidate] = []
         for hit in hits:
@@ -296,8 +333,7 @@ class VectorMemory:
             # Precision over recall: neighbours far below the best match are noise.
             floor = candidates[0].record.score * settings.relative_cutoff
             candidates = [c for c in candidates if c.record.score >= floor]
-        picked = diversify(candidates, top_k, settings.diversity)
-        return TierHits(items=picked, total=len(candidates), embedding_ms=embedding_ms)
+        return diversify(candidates, top_k, settings.diversity), len(candidates)
 
     def _idf(self, flt: Filter, terms: Sequence[int], live: int) -> dict[int, float]:
         """BM25 inverse document frequency of each query term among the memories `flt`

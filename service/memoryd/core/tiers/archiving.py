@@ -115,8 +115,9 @@ class ArchivingVectorTier:
             return count, Operation.ADD
         if not auto_prune:
             raise full()
-        count -= await self._drop_oldest(flt, math.ceil(count * AUTO_PRUNE_SHARE))
-        return count, Operation.ADD_WITH_PRUNE
+        dropped = await self._drop_oldest(flt, math.ceil(count * AUTO_PRUNE_SHARE))
+        self._memory.observer.deleted(self.tier, "quota", dropped)
+        return count - dropped, Operation.ADD_WITH_PRUNE
 
     async def _drop_oldest(self, flt: Filter, n: int) -> int:
         oldest = await self._memory.records(flt, n, newest_first=False)

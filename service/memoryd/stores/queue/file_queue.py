@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,14 @@ class FileQueue:
         self._acked_path = directory / f"{name}.acked"
         self._acked = self._read_acked()
         self._pending: dict[int, dict[str, Any]] = {}
+        self._put_at: dict[int, float] = {}
         self._taken: set[int] = set()
         self._done: set[int] = set()
         self._next = self._acked + 1
-        for seq, body in self._read_journal():
+        for seq, put_at, body in self._read_journal():
             if seq > self._acked:
                 self._pending[seq] = body
+                self._put_at[seq] = put_at
             self._next = max(self._next, seq + 1)
         self._journal = self._journal_path.open("a", encoding="utf-8")
         self._arrived = asyncio.Event()
@@ -44,8 +47,10 @@ class FileQueue:
         except FileNotFoundError:
             return 0
 
-    def _read_journal(self) -> list[tuple[int, dict[str, Any]]]:
+    def _read_journal(self) -> list[tuple[int, float, dict[str, Any]]]:
         entries = []
+        # Entries journaled before put times were recorded count as put on opening.
+        opened_at = time.time()
         good = 0
         try:
             with self._journal_path.open("rb") as journal:
@@ -54,7 +59,8 @@ class FileQueue:
                         break
                     try:
                         doc = json.loads(line)
-                        entries.append((int(doc["seq"]), doc["body"]))
+                        put_at = float(doc.get("at", opened_at))
+                        entries.append((int(doc["seq"]), put_at, doc["body"]))
                     except (ValueError, KeyError):
                         break  # a torn last line from a crash mid-write: never acknowledged
                     good += len(line)
@@ -68,9 +74,12 @@ class FileQueue:
     async def put(self, body: dict[str, Any]) -> str:
         seq = self._next
         self._next += 1
-        self._journal.write(json.dumps({"seq": seq, "body": body}, separators=(",", ":")) + "\n")
+        put_at = time.time()
+        doc = {"seq": seq, "at": put_at, "body": body}
+        self._journal.write(json.dumps(doc, separators=(",", ":")) + "\n")
         self._journal.flush()
         self._pending[seq] = body
+        self._put_at[seq] = put_at
         self._arrived.set()
         return str(seq)
 
@@ -93,6 +102,7 @@ class FileQueue:
         for entry_id in ids:
             seq = int(entry_id)
             self._pending.pop(seq, None)
+            self._put_at.pop(seq, None)
             self._taken.discard(seq)
             self._done.add(seq)
         advanced = False
@@ -113,6 +123,9 @@ class FileQueue:
 
     async def pending(self) -> int:
         return len(self._pending)
+
+    async def oldest_put_at(self) -> float | None:
+        return min(self._put_at.values(), default=None)
 
     async def close(self) -> None:
         self._journal.close()

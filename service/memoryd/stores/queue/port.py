@@ -38,4 +38,9 @@ class WriteBehindQueue(Protocol):
         """Entries put and not yet acked."""
         ...
 
+    async def oldest_put_at(self) -> float | None:
+        """When (epoch seconds, wall clock) the oldest entry not yet acked was put; None
+        when there is none."""
+        ...
+
     async def close(self) -> None: ...

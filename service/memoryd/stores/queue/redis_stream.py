@@ -50,6 +50,12 @@ class RedisStreamQueue:
             return await op()
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise QueueDown(f"redis stream {self._stream}: {exc}") from exc
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            # A Redis restarted without its data lost the group: make it again next time.
+            self._group_ready = False
+            raise QueueDown(f"redis stream {self._stream}: {exc}") from exc
 
     async def _ensure_group(self) -> None:
         if self._group_ready:
@@ -111,6 +117,14 @@ class RedisStreamQueue:
             if _text(group.get("name", b"")) == _GROUP:
                 undelivered = int(group.get("lag") or 0)
         return int(info["pending"]) + undelivered
+
+    async def oldest_put_at(self) -> float | None:
+        # Acked entries are deleted, so the stream's first entry is the oldest pending one,
+        # and a stream id starts with the milliseconds it was added at.
+        first = await self._call(lambda: self._redis.xrange(self._stream, count=1))
+        if not first or first[0][0] is None:
+            return None
+        return int(_text(first[0][0]).split("-", 1)[0]) / 1000.0
 
     async def close(self) -> None:
         if self._owns_client:
