@@ -8,22 +8,30 @@ other languages can write and check streams too.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
 import struct
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import rfc8785
 from google.protobuf import json_format
-from google.protobuf.timestamp_pb2 import Timestamp
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from memoryd.core.errors import InvalidArgument
 from memoryd.core.models import Tier
 from memoryd.transport import convert
 from memoryd.v1 import memory_pb2 as pb
+
+if TYPE_CHECKING:
+    from google._upb._message import FieldDescriptor as _UpbFieldDescriptor
+
+    # The stubs type a generic message's fields as either class; at run time they are one.
+    _Field: TypeAlias = FieldDescriptor | _UpbFieldDescriptor
 
 # header.format_version: the framing (header, items, trailer), independent of the checksum.
 FORMAT_VERSION = "1"
@@ -31,8 +39,6 @@ FORMAT_VERSION = "1"
 CHECKSUM_FORMAT = "item-jcs-v1"
 # A trailer without checksum_format: written before it existed; read, never written.
 LEGACY_CHECKSUM_FORMAT = ""
-
-_CANONICAL_NAN = "7fc00000"
 
 
 def header(user_id: str, exported_at: float, counts: Mapping[Tier, int]) -> pb.ExportHeader:
@@ -52,76 +58,79 @@ def header(user_id: str, exported_at: float, counts: Mapping[Tier, int]) -> pb.E
 
 # --- the checksum's item forms -------------------------------------------------------
 
-
-def _float32(value: float) -> str:
-    """The IEEE-754 binary32 bits, 8 lowercase hex digits: exact in every language, unlike
-    decimal text. Both zeros and every NaN have one form, as JSON text cannot keep them."""
-    if math.isnan(value):
-        return _CANONICAL_NAN
-    return struct.pack(">f", value if value != 0 else 0.0).hex()
-
-
-def _enum(wrapper: Any, value: int) -> str | int:
-    """The value's name in memory.proto; a number it does not name stays a number."""
-    try:
-        return str(wrapper.Name(value))
-    except ValueError:
-        return value
-
-
-def _timestamp(item: pb.MemoryItem, field: str) -> dict[str, Any] | None:
-    if not item.HasField(field):  # type: ignore[arg-type]
-        return None
-    ts: Timestamp = getattr(item, field)
-    # int64 as a decimal string (as in proto JSON): exact beyond 2**53; int32 as a number.
-    return {"seconds": str(ts.seconds), "nanos": ts.nanos}
-
-
-def canonical_value(item: pb.MemoryItem) -> dict[str, Any]:
-    """Every field of MemoryItem, always present, as the JSON value the checksum covers."""
-    episode = None
-    if item.HasField("episode"):
-        episode = {
-            "task": item.episode.task,
-            "steps": [
-                {"action": s.action, "observation": s.observation} for s in item.episode.steps
-            ],
-            "outcome": item.episode.outcome,
-            "success": item.episode.success,
-        }
-    relation = None
-    if item.HasField("relation"):
-        relation = {
-            "subject": item.relation.subject,
-            "predicate": item.relation.predicate,
-            "object": item.relation.object,
-        }
-    return {
-        "id": item.id,
-        "tier": _enum(pb.Tier, item.tier),
-        "kind": _enum(pb.Kind, item.kind),
-        "content": item.content,
-        "key": item.key,
-        "score": _float32(item.score),
-        "metadata": dict(item.metadata),
-        "importance": _float32(item.importance),
-        "created_at": _timestamp(item, "created_at"),
-        "updated_at": _timestamp(item, "updated_at"),
-        "expires_at": _timestamp(item, "expires_at"),
-        "source": _enum(pb.Source, item.source),
-        "role": _enum(pb.Role, item.role),
-        "agent_id": item.agent_id,
-        "session_id": item.session_id,
-        "task_id": item.task_id,
-        "episode": episode,
-        "relation": relation,
-        "document_json": item.document_json,
-        "archived": item.archived,
-        "deleted": item.deleted,
+# Written as decimal strings, as proto JSON writes them: exact beyond 2**53 everywhere.
+_DECIMAL_STRINGS = frozenset(
+    {
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_SFIXED64,
     }
+)
 
 
-def canonical_item(item: pb.MemoryItem) -> bytes:
+def _bits(value: float, layout: str, nan: str) -> str:
+    """IEEE-754 bits as big-endian hex: exact in every language, unlike decimal text. Both
+    zeros and every NaN have one form, as JSON text keeps neither a zero's sign nor a NaN's
+    payload."""
+    if math.isnan(value):
+        return nan
+    return struct.pack(layout, value if value != 0 else 0.0).hex()
+
+
+def _single(field: _Field, value: Any) -> Any:
+    """One value of `field` (a singular value, a list element or a map value)."""
+    kind = field.type
+    if kind == FieldDescriptor.TYPE_MESSAGE:
+        return canonical_value(value)
+    if kind == FieldDescriptor.TYPE_ENUM and field.enum_type is not None:
+        named = field.enum_type.values_by_number.get(value)
+        return value if named is None else named.name
+    if kind == FieldDescriptor.TYPE_FLOAT:
+        return _bits(value, ">f", "7fc00000")
+    if kind == FieldDescriptor.TYPE_DOUBLE:
+        return _bits(value, ">d", "7ff8000000000000")
+    if kind == FieldDescriptor.TYPE_BYTES:
+        return base64.b64encode(value).decode("ascii")
+    if kind in _DECIMAL_STRINGS:
+        return str(value)
+    return value  # string, bool, 32-bit integers
+
+
+def _map_key(key: str | int | bool) -> str:
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key)
+
+
+def _is_set(message: Message, field: _Field) -> bool:
+    if field.has_presence:  # a message, a proto3 `optional` scalar, a oneof member
+        return message.HasField(field.name)
+    # Otherwise set means not the default: 0, -0.0, "", b"", false, no elements.
+    return bool(getattr(message, field.name))
+
+
+def canonical_value(message: Message) -> dict[str, Any]:
+    """The JSON value the checksum covers, derived from the message's descriptor: its set
+    fields by proto name, recursively. A field at its default is left out, so that adding a
+    field to the contract changes no digest of an item that leaves it unset."""
+    value: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        if not _is_set(message, field):
+            continue
+        held = getattr(message, field.name)
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            of = field.message_type.fields_by_name["value"]
+            value[field.name] = {_map_key(k): _single(of, v) for k, v in held.items()}
+        elif field.is_repeated:
+            value[field.name] = [_single(field, v) for v in held]
+        else:
+            value[field.name] = _single(field, held)
+    return value
+
+
+def canonical_item(item: Message) -> bytes:
     """The bytes of `item-jcs-v1`: RFC 8785 (JCS) JSON of `canonical_value`, then a newline.
     JCS fixes key order, escaping and spacing; the value holds no float to format."""
     return rfc8785.dumps(canonical_value(item)) + b"\n"
