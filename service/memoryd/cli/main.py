@@ -13,6 +13,7 @@ from memoryd.app import App, StartupRefused, build_app, build_embedder
 from memoryd.cli import progress
 from memoryd.cli.backup import BackupCorrupt, backup, restore
 from memoryd.cli.client_commands import add_client_commands, run_client_command
+from memoryd.cli.health import add_health_command, run_health
 from memoryd.cli.progress import Progress
 from memoryd.cli.reindex import ReindexRefused, reindex
 from memoryd.core.memory.vector_memory import VectorMemory
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     back.add_argument("--tenant", help="only this tenant's backups")
     progress.add_option(back)
     add_client_commands(commands)
+    add_health_command(commands)
     return parser
 
 
@@ -133,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if (rc := run_client_command(args)) is not None:
         return rc
+    if args.command == "health":
+        return run_health(args)
     overrides = {"listen": args.listen} if getattr(args, "listen", None) else {}
     settings = load_settings(args.config, **overrides)
     logging.basicConfig(
