@@ -91,8 +91,8 @@ def check(target: str, service: str = "", timeout_s: float = DEFAULT_TIMEOUT_S) 
             details = err.details() if isinstance(err, grpc.Call) else str(err)
             return HealthAnswer(NO_ANSWER, f"{target}: no answer: {code.name}: {details}")
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-    code = SERVING if reply.status == health_pb2.HealthCheckResponse.SERVING else NOT_SERVING
-    return HealthAnswer(code, f"{target} {name}: {status}")
+    serving = reply.status == health_pb2.HealthCheckResponse.SERVING
+    return HealthAnswer(SERVING if serving else NOT_SERVING, f"{target} {name}: {status}")
 
 
 def run_health(args: argparse.Namespace) -> int:
