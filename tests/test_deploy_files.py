@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -784,3 +785,13 @@ def test_compose_kubernetes_and_the_image_agree_on_ports_and_paths(
         k8s = config_env(rendered[overlay])
         for name in ("MEMORYD_LISTEN", "MEMORYD_METRICS__LISTEN", "MEMORYD_DATA_DIR"):
             assert image[name] == compose_env[name] == k8s[name], (overlay, name)
+
+
+def test_the_image_tag_is_the_project_version(
+    compose: dict[str, Any], rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert compose["services"]["memoryd"]["image"] == f"memoryd:{version}"
+    for overlay in OVERLAYS:
+        image = memoryd_container(rendered[overlay])["image"]
+        assert image.rpartition(":")[2] == version, (overlay, image)
