@@ -1,5 +1,5 @@
 import sys
 
-from memoryd.cli.main import main
+from memoryd.cli.entry import main
 
 sys.exit(main())

@@ -13,6 +13,7 @@ from memoryd.app import App, StartupRefused, build_app, build_embedder
 from memoryd.cli import progress
 from memoryd.cli.backup import BackupCorrupt, backup, restore
 from memoryd.cli.client_commands import add_client_commands, run_client_command
+from memoryd.cli.health import add_health_command, run_health
 from memoryd.cli.mcp import add_mcp_command, run_mcp_command
 from memoryd.cli.progress import Progress
 from memoryd.cli.reindex import ReindexRefused, reindex
@@ -53,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     progress.add_option(back)
     add_client_commands(commands)
     add_mcp_command(commands)
+    add_health_command(commands)
     return parser
 
 
@@ -138,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     if args.command == "mcp":
         return run_mcp_command(args)
+    if args.command == "health":
+        return run_health(args)
     overrides = {"listen": args.listen} if getattr(args, "listen", None) else {}
     settings = load_settings(args.config, **overrides)
     configure_logging(settings.log_level, settings.log_format)
