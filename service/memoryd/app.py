@@ -20,12 +20,14 @@ from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.lifecycle.write_behind import ConversationCopier
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import MemoryRecord, Scope, Tier
+from memoryd.core.rate_limits import RateLimits
 from memoryd.core.retrieval.token_budget import TokenCounter
 from memoryd.core.tiers.long_term import LongTermTier
 from memoryd.core.tiers.registry import TierDeps, build_tiers
 from memoryd.settings import Settings
 from memoryd.stores.archive.jsonl_store import JsonlArchiveStore
 from memoryd.stores.audit.jsonl_log import JsonlAuditLog
+from memoryd.stores.audit.port import AuditLog
 from memoryd.stores.backup.file_store import FileBackupStore
 from memoryd.stores.backup.port import BackupStore
 from memoryd.stores.embeddings.cache import CachedEmbedder
@@ -36,6 +38,9 @@ from memoryd.stores.hot.redis_store import RedisHotStore
 from memoryd.stores.queue.file_queue import FileQueue
 from memoryd.stores.queue.port import WriteBehindQueue
 from memoryd.stores.queue.redis_stream import RedisStreamQueue
+from memoryd.stores.ratelimit.memory_buckets import InProcessBuckets
+from memoryd.stores.ratelimit.port import TokenBuckets
+from memoryd.stores.ratelimit.redis_buckets import RedisBuckets
 from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore
 
 log = logging.getLogger(__name__)
@@ -60,6 +65,10 @@ class App:
     # For `memoryd backup`/`restore`: who has memories, and where backups go.
     memory: VectorMemory | None = None
     backups: BackupStore | None = None
+    # For the transport's identity and rate-limit concerns.
+    rate_limits: RateLimits | None = None
+    access_audit: AuditLog | None = None
+    clock: Callable[[], float] = time.time
 
     async def start(self) -> None:
         self.copier.start()
@@ -159,6 +168,13 @@ def open_vectors(settings: Settings, embedder: Embedder) -> VectorStore:
     return store
 
 
+def build_buckets(settings: Settings) -> TokenBuckets:
+    """Rate-limit buckets: in Redis when configured, so every replica shares them."""
+    if settings.redis_url:
+        return RedisBuckets(settings.redis_url)
+    return InProcessBuckets()
+
+
 def build_queue(settings: Settings) -> WriteBehindQueue:
     if settings.redis_url:
         consumer = settings.instance_id or socket.gethostname()
@@ -183,13 +199,15 @@ async def build_app(
     async def copy_message(scope: Scope, message: MemoryRecord) -> None:
         await copier.enqueue(scope, message)
 
+    quotas = QuotaProfiles(settings.quotas, settings.long_term)
+    buckets = build_buckets(settings)
     deps = TierDeps(
         settings=settings,
         clock=clock,
         hot=hot,
         memory=memory,
         archive=archive,
-        quotas=QuotaProfiles(settings.quotas, settings.long_term),
+        quotas=quotas,
         on_message=copy_message,
     )
     tiers = build_tiers(deps)
@@ -230,7 +248,10 @@ async def build_app(
             maintenance.run_once, settings.retention.maintenance_interval_seconds
         ),
         probes={"memoryd.hot_store": hot.ping, "memoryd.vector_store": vectors_up},
-        closers=[close_vectors, hot.close, queue.close],
+        closers=[close_vectors, hot.close, queue.close, buckets.close],
         memory=memory,
         backups=backups,
+        rate_limits=RateLimits(buckets, quotas, clock),
+        access_audit=JsonlAuditLog(settings.data_dir / "audit" / "access.jsonl"),
+        clock=clock,
     )

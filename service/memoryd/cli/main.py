@@ -13,11 +13,13 @@ from memoryd.app import App, StartupRefused, build_app, build_embedder
 from memoryd.cli import progress
 from memoryd.cli.backup import BackupCorrupt, backup, restore
 from memoryd.cli.client_commands import add_client_commands, run_client_command
+from memoryd.cli.keys import add_keys_command, run_keys_command
 from memoryd.cli.progress import Progress
 from memoryd.cli.reindex import ReindexRefused, reindex
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.settings import Settings, load_settings
 from memoryd.stores.backup.port import BackupStore, BackupStoreError
+from memoryd.transport.identity import check_exposure
 from memoryd.transport.server import serve
 
 
@@ -50,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     back.add_argument("--tenant", help="only this tenant's backups")
     progress.add_option(back)
     add_client_commands(commands)
+    add_keys_command(commands)
     return parser
 
 
@@ -125,6 +128,7 @@ async def _maintain(settings: Settings) -> None:
 
 
 async def _serve(settings: Settings) -> None:
+    check_exposure(settings)  # before the model loads: a refusal should be quick
     app = await build_app(settings)
     await serve(settings, app)
 
@@ -138,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.command == "keys":
+        return run_keys_command(args, settings)
     if args.command != "serve":
         progress.quiet_library_bars(not getattr(args, "no_progress", False))
     try:

@@ -5,7 +5,8 @@ entered for the whole call (a unary call, or every message of a stream). They wr
 method handler itself, not the continuation, because in grpc.aio that is the only place
 that runs inside the call and sees its exceptions. `server.py` lists them outermost first:
 
-    errors (domain error -> status) -> identity (principal) -> servicer
+    errors (domain error -> status) -> identity (principal, grants; transport/identity.py)
+    -> rate limits (transport/limits.py) -> servicer
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from grpc_status import rpc_status
@@ -105,20 +106,6 @@ async def _abort(context: Context, status: Any) -> None:
     await context.abort(grpc_status.code, grpc_status.details, grpc_status.trailing_metadata)
 
 
-class Authenticator(Protocol):
-    def authenticate(self, metadata: Metadata) -> Principal: ...
-
-
-class DefaultTenant:
-    """No credential configured: every caller belongs to one tenant."""
-
-    def __init__(self, tenant: str = "default") -> None:
-        self._principal = Principal(tenant=tenant)
-
-    def authenticate(self, metadata: Metadata) -> Principal:
-        return self._principal
-
-
 class CallContext:
     """Where a handler finds the principal of the call it serves."""
 
@@ -130,19 +117,3 @@ class CallContext:
 
     def bind(self, principal: Principal) -> None:
         self._principal.set(principal)
-
-
-class Identity(AroundCall):
-    """Turns the call's credential into the principal the servicer reads."""
-
-    def __init__(self, authenticator: Authenticator, calls: CallContext) -> None:
-        self._auth = authenticator
-        self._calls = calls
-
-    @asynccontextmanager
-    async def around(
-        self, details: grpc.HandlerCallDetails, context: Context
-    ) -> AsyncIterator[None]:
-        # Each RPC runs in its own task with its own context copy: no reset needed.
-        self._calls.bind(self._auth.authenticate(tuple(details.invocation_metadata or ())))
-        yield

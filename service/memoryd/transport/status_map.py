@@ -11,8 +11,11 @@ from memoryd.core.errors import (
     InvalidArgument,
     MemorydError,
     NotFound,
+    PermissionDenied,
     QuotaExceeded,
+    RateLimited,
     StoreUnavailable,
+    Unauthenticated,
     Unimplemented,
 )
 
@@ -25,6 +28,9 @@ STATUS_OF: dict[type[MemorydError], grpc.StatusCode] = {
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     StoreUnavailable: grpc.StatusCode.UNAVAILABLE,
     Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
+    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    RateLimited: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 _REASON_OF: dict[type[MemorydError], str] = {
@@ -34,6 +40,10 @@ _REASON_OF: dict[type[MemorydError], str] = {
     FailedPrecondition: "FAILED_PRECONDITION",
     StoreUnavailable: "STORE_UNAVAILABLE",
     Unimplemented: "UNIMPLEMENTED",
+    RateLimited: "RATE_LIMITED",
+    # These two carry their own, finer reason (e.g. USER_NOT_GRANTED).
+    Unauthenticated: "UNAUTHENTICATED",
+    PermissionDenied: "PERMISSION_DENIED",
 }
 
 
@@ -41,6 +51,12 @@ def _packed(message: object) -> any_pb2.Any:
     packed = any_pb2.Any()
     packed.Pack(message)  # type: ignore[arg-type]
     return packed
+
+
+def _delay(seconds: float) -> duration_pb2.Duration:
+    delay = duration_pb2.Duration()
+    delay.FromNanoseconds(int(seconds * 1e9))
+    return delay
 
 
 def status_code_of(exc: MemorydError) -> grpc.StatusCode:
@@ -81,12 +97,18 @@ def to_rpc_status(exc: MemorydError) -> status_pb2.Status:
             )
         )
         metadata = {"limit_name": exc.limit_name, "limit": str(exc.limit)}
+        if isinstance(exc, RateLimited):
+            details.append(
+                _packed(error_details_pb2.RetryInfo(retry_delay=_delay(exc.retry_after_s)))
+            )
     elif isinstance(exc, StoreUnavailable):
-        delay = duration_pb2.Duration()
-        delay.FromNanoseconds(int(exc.retry_after_s * 1e9))
-        details.append(_packed(error_details_pb2.RetryInfo(retry_delay=delay)))
+        details.append(_packed(error_details_pb2.RetryInfo(retry_delay=_delay(exc.retry_after_s))))
         metadata = {"store": exc.store}
+    elif isinstance(exc, PermissionDenied):
+        metadata = dict(exc.metadata)
     reason = next((_REASON_OF[c] for c in type(exc).__mro__ if c in _REASON_OF), "INTERNAL")
+    if isinstance(exc, Unauthenticated | PermissionDenied):
+        reason = exc.reason
     details.append(
         _packed(error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN, metadata=metadata))
     )
