@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 
-from memoryd.stores.ratelimit.port import BucketKey, Rate, Taken, refill
+from memoryd.stores.ratelimit.port import EPSILON, BucketKey, Rate, Taken, refill
 
 
 class InProcessBuckets:
@@ -19,8 +19,8 @@ class InProcessBuckets:
         async with self._lock:
             tokens, last = self._buckets.pop(key, (rate.capacity, now))
             tokens, last = refill(tokens, last, rate, now)
-            if tokens >= cost:
-                tokens -= cost
+            if tokens + EPSILON >= cost:
+                tokens = max(0.0, tokens - cost)
                 taken = Taken(True, tokens, 0.0)
             else:
                 taken = Taken(False, tokens, (cost - tokens) / rate.refill_per_s)

@@ -50,6 +50,11 @@ class TokenBuckets(Protocol):
     async def close(self) -> None: ...
 
 
+# Refilling in steps adds float error (5 s + 1 s of 1/6 token/s is 0.999...): a token this
+# close counts as whole. The Lua script uses the same figure.
+EPSILON = 1e-9
+
+
 def refill(tokens: float, last: float, rate: Rate, now: float) -> tuple[float, float]:
     """The in-process adapter's arithmetic; redis_buckets.py's script does the same in Lua."""
     elapsed = max(0.0, now - last)

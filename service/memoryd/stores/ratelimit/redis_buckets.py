@@ -33,8 +33,8 @@ tokens = math.min(capacity, tokens + elapsed * rate)
 if now > last then last = now end
 local allowed = 0
 local retry = 0
-if tokens >= cost then
-  tokens = tokens - cost
+if tokens + 1e-9 >= cost then
+  tokens = math.max(0, tokens - cost)
   allowed = 1
 else
   retry = (cost - tokens) / rate
