@@ -366,15 +366,13 @@ class AuthSettings(BaseModel):
 
 
 class TlsSettings(BaseModel):
-    """TLS for the gRPC port; with a client CA, mutual TLS: a client certificate is a
+    """TLS for the gRPC port; with a client CA, mutual TLS: every connection needs a client
+    certificate of that CA (gRPC Python cannot make it optional), and the certificate is a
     credential, its subject naming tenant, role and user (attribute names below)."""
 
     cert_file: Path | None = Field(None, description="Server certificate chain (PEM)")
     key_file: Path | None = Field(None, description="Server private key (PEM)")
     client_ca_file: Path | None = Field(None, description="CA(s) of client certificates (PEM)")
-    require_client_cert: bool = Field(
-        True, description="With a client CA: refuse handshakes without a client certificate"
-    )
     tenant_attribute: str = Field("O", description="Subject attribute holding the tenant")
     role_attribute: str = Field("OU", description="Subject attribute holding the role")
     user_attribute: str = Field(

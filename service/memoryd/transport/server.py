@@ -79,7 +79,7 @@ class MemorydServer:
             credentials = grpc.ssl_server_credentials(
                 [(tls.key_file.read_bytes(), tls.cert_file.read_bytes())],
                 root_certificates=tls.client_ca_file.read_bytes() if tls.client_ca_file else None,
-                require_client_auth=bool(tls.client_ca_file) and tls.require_client_cert,
+                require_client_auth=bool(tls.client_ca_file),
             )
         except OSError as exc:
             raise StartupRefused(f"the TLS files cannot be read: {exc}") from exc
