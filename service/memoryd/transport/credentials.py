@@ -221,7 +221,7 @@ class ClientCertificates:
 
     def verify(self, pem: bytes) -> Principal:
         cert = x509.load_pem_x509_certificate(pem)
-        fingerprint = hashlib.sha256(cert.tbs_certificate_bytes).hexdigest()[:16]
+        fingerprint = "cert:" + hashlib.sha256(cert.tbs_certificate_bytes).hexdigest()[:16]
         subject = cert.subject
 
         def values(oid: x509.ObjectIdentifier) -> list[str]:
@@ -241,7 +241,7 @@ class ClientCertificates:
                 users=values(self._user),
                 subject=f"cert:{subject.rfc4514_string()}",
                 credential="mtls",
-                key_id=f"cert:{fingerprint}",
+                key_id=fingerprint,
             )
         except InvalidGrant as exc:
             raise _invalid(
