@@ -61,12 +61,14 @@ def _now() -> str:
     return datetime.now(tz=UTC).isoformat(timespec="seconds")
 
 
-def _audit(settings: Settings, entry: dict[str, Any]) -> None:
+def audit_local(settings: Settings, command: str, entry: dict[str, Any]) -> None:
+    """An admin operation run on the server host (no credential: the operator's access to
+    the data directory is the grant) goes to the same audit log as the server's."""
     log = JsonlAuditLog(settings.data_dir / "audit" / "access.jsonl")
     try:
-        log.append({"time": _now(), **entry, "requested_by": "memoryd keys (local)"})
+        log.append({"time": _now(), **entry, "requested_by": f"memoryd {command} (local)"})
     except AuditLogError as exc:
-        print(f"memoryd keys: warning: audit log not written: {exc}", file=sys.stderr)
+        print(f"memoryd {command}: warning: audit log not written: {exc}", file=sys.stderr)
 
 
 def run_keys_command(args: argparse.Namespace, settings: Settings) -> int:
@@ -116,7 +118,7 @@ def _create(keys: KeysFile, args: argparse.Namespace, settings: Settings) -> int
         name=args.name,
         created_at=_now(),
     )
-    _audit(settings, {"event": "key_created", "key_id": record.id, **_grants(record)})
+    audit_local(settings, "keys", {"event": "key_created", "key_id": record.id, **_grants(record)})
     print(f"created key {record.id}: {_describe(record)}", file=sys.stderr)
     print("the key follows; it is shown only now:", file=sys.stderr)
     sys.stderr.flush()
@@ -163,6 +165,6 @@ def _revoke(keys: KeysFile, key_id: str, settings: Settings) -> int:
     except KeyError:
         print(f"memoryd keys: no key {key_id!r} in {keys.path}", file=sys.stderr)
         return 1
-    _audit(settings, {"event": "key_revoked", "key_id": record.id, **_grants(record)})
+    audit_local(settings, "keys", {"event": "key_revoked", "key_id": record.id, **_grants(record)})
     print(f"revoked key {record.id} ({_describe(record)}) at {record.revoked_at}")
     return 0

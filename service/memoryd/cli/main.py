@@ -13,7 +13,7 @@ from memoryd.app import App, StartupRefused, build_app, build_embedder
 from memoryd.cli import progress
 from memoryd.cli.backup import BackupCorrupt, backup, restore
 from memoryd.cli.client_commands import add_client_commands, run_client_command
-from memoryd.cli.keys import add_keys_command, run_keys_command
+from memoryd.cli.keys import add_keys_command, audit_local, run_keys_command
 from memoryd.cli.progress import Progress
 from memoryd.cli.reindex import ReindexRefused, reindex
 from memoryd.core.memory.vector_memory import VectorMemory
@@ -76,6 +76,7 @@ async def _backup(settings: Settings, args: argparse.Namespace) -> int:
             )
     finally:
         await app.close()
+    audit_local(settings, "backup", {"event": "backup", "day": report.day, "users": report.users})
     return 0
 
 
@@ -98,6 +99,18 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
     if not report.day:
         print("restore: there are no backups", file=sys.stderr)
         return 1
+    audit_local(
+        settings,
+        "restore",
+        {
+            "event": "restore",
+            "day": report.day,
+            "users": report.users,
+            "tenant": args.tenant,
+            "user_id": args.user,
+            "imported": report.imported,
+        },
+    )
     return 0
 
 
