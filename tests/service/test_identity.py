@@ -222,11 +222,13 @@ async def test_refusals_and_admin_operations_are_audited_with_the_key_id_never_t
     await rpc_error(Caller(keyed.channel, wrong).Usage(pb.UsageRequest(scope=scope("alice"))))
     await rpc_error(keyed.stub.Usage(pb.UsageRequest(scope=scope("alice"))))
     await admin.Prune(pb.PruneRequest(scope=scope("bob"), strategy=pb.PRUNE_STRATEGY_ALL))
+    trailer = pb.ImportRequest(trailer=pb.ExportTrailer(item_count=0))
+    await admin.Import(iter([pb.ImportRequest(scope=scope("carol")), trailer]))
 
     text = (tmp_path / "data" / "audit" / "access.jsonl").read_text()
     lines = [json.loads(x) for x in text.splitlines()]
     agent_id, admin_id = agent_token.split("_")[1], admin_token.split("_")[1]
-    denied, forged, missing, erased = lines
+    denied, forged, missing, erased, imported = lines
     assert (denied["event"], denied["status"], denied["reason"]) == (
         "auth_failure",
         "PERMISSION_DENIED",
@@ -241,6 +243,11 @@ async def test_refusals_and_admin_operations_are_audited_with_the_key_id_never_t
         admin_id,
     )
     assert (erased["user_id"], erased["outcome"]) == ("bob", "OK")
+    assert (imported["action"], imported["user_id"], imported["key_id"]) == (
+        "restore",
+        "carol",
+        admin_id,
+    )
     for token in (agent_token, admin_token, wrong):
         assert token.split("_", 2)[2] not in text
     erasures = (tmp_path / "data" / "audit" / "erasures.jsonl").read_text()

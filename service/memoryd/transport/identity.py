@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -224,13 +225,14 @@ class Identity(AroundCall):
         self._calls.bind(principal)
         yield
 
-    async def _admit(self, rpc: str, context: Context, request: Any) -> tuple[Action | None, Any]:
-        """Checks the call's grants; returns its action and the request to pass on (for a
+    async def _admit(self, rpc: str, context: Context, request: Any) -> tuple[_Call, Any]:
+        """Checks the call's grants; returns what it is and the request to pass on (for a
         request stream, one that checks its first message's user before handing it on)."""
         principal = self._calls.principal()
         streamed = not isinstance(request, Message)
         action = action_of(rpc, None if streamed else request)
         user = "" if streamed else user_of(request)
+        call = _Call(rpc, action, user)
         try:
             if action is None:
                 if principal.role is not AccessRole.ADMIN:
@@ -242,26 +244,23 @@ class Identity(AroundCall):
         except PermissionDenied as exc:
             await self._record_refusal(rpc, context, principal, exc, user)
             raise
-        if streamed and action is not None:
-            request = self._checked_stream(rpc, context, principal, action, request)
-        return action, request
+        if streamed:
+            request = self._checked_stream(call, context, principal, request)
+        return call, request
 
     async def _checked_stream(
-        self,
-        rpc: str,
-        context: Context,
-        principal: Principal,
-        action: Action,
-        stream: AsyncIterator[Message],
+        self, call: _Call, context: Context, principal: Principal, stream: AsyncIterator[Message]
     ) -> AsyncIterator[Message]:
         first = True
         async for message in stream:
             if first:
                 first = False
+                call.user = user_of(message)
                 try:
-                    authorize(principal, action, user_of(message))
+                    if call.action is not None:
+                        authorize(principal, call.action, call.user)
                 except PermissionDenied as exc:
-                    await self._record_refusal(rpc, context, principal, exc, user_of(message))
+                    await self._record_refusal(call.rpc, context, principal, exc, call.user)
                     raise
             yield message
 
@@ -270,8 +269,8 @@ class Identity(AroundCall):
 
         async def call(request: Any, context: Context) -> Any:
             async with self.around(details, context):
-                action, request = await self._admit(rpc, context, request)
-                async with self._audited(rpc, action, request):
+                facts, request = await self._admit(rpc, context, request)
+                async with self._audited(facts):
                     return await behavior(request, context)
 
         return call
@@ -281,17 +280,17 @@ class Identity(AroundCall):
 
         async def call(request: Any, context: Context) -> AsyncIterator[Any]:
             async with self.around(details, context):
-                action, request = await self._admit(rpc, context, request)
-                async with self._audited(rpc, action, request):
+                facts, request = await self._admit(rpc, context, request)
+                async with self._audited(facts):
                     async for response in behavior(request, context):
                         yield response
 
         return call
 
     @asynccontextmanager
-    async def _audited(self, rpc: str, action: Action | None, request: Any) -> AsyncIterator[None]:
+    async def _audited(self, call: _Call) -> AsyncIterator[None]:
         """Admin-only operations leave an audit line with their outcome."""
-        if action is not None and action not in ADMIN_ACTIONS:
+        if call.action is not None and call.action not in ADMIN_ACTIONS:
             yield
             return
         outcome = "OK"
@@ -308,10 +307,10 @@ class Identity(AroundCall):
             await self._write(
                 {
                     "event": "admin_operation",
-                    "rpc": rpc,
-                    "action": action.value if action else "",
+                    "rpc": call.rpc,
+                    "action": call.action.value if call.action else "",
                     **_who(principal),
-                    "user_id": user_of(request) if isinstance(request, Message) else "",
+                    "user_id": call.user,
                     "outcome": outcome,
                 }
             )
@@ -347,6 +346,16 @@ class Identity(AroundCall):
             await asyncio.to_thread(self._audit.append, line)
         except AuditLogError as exc:
             log.error("audit log not written (%s): %s", exc, line)
+
+
+@dataclass
+class _Call:
+    """What a call is, for its checks and its audit line (`user` of a request stream is
+    known once its first message arrives)."""
+
+    rpc: str
+    action: Action | None
+    user: str
 
 
 def _who(principal: Principal) -> dict[str, str]:
