@@ -27,6 +27,7 @@ from memoryd.app import StartupRefused
 from memoryd.cli.backup import backup
 from memoryd.cli.client_commands import run_client_command
 from memoryd.cli.main import _parser as main_parser
+from memoryd.cli.main import main
 from memoryd.settings import Settings
 from memoryd.stores.keys.file import KeysFile
 from memoryd.transport.identity import check_exposure
@@ -374,37 +375,58 @@ def test_serve_refuses_a_non_loopback_listen_without_credentials_in_one_line(
     assert "MEMORYD_AUTH__ALLOW_UNAUTHENTICATED=true" in lines[0]
 
 
-def test_memoryd_keys_create_list_revoke(tmp_path: Path) -> None:
+def test_memoryd_keys_create_prints_the_key_alone_on_stdout(tmp_path: Path) -> None:
     path = tmp_path / "keys.jsonl"
-    env = {"MEMORYD_DATA_DIR": str(tmp_path / "data")}
     made = _memoryd(
         "keys", "create", "--keys-file", str(path), "--tenant", "acme", "--role", "agent",
-        "--user", "alice", "--user", "bob", "--profile", "free", "--name", "travel bot", env=env,
+        "--user", "alice", env={"MEMORYD_DATA_DIR": str(tmp_path / "data")},
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
-    token = made.stdout.splitlines()[-1]
-    assert made.stdout.strip() == token  # alone on its line
+    [token] = made.stdout.splitlines()
+    assert token.startswith("mdk_") and token.split("_")[1] in made.stderr
+    assert token.split("_", 2)[2] not in path.read_text()
+
+
+def test_memoryd_keys_create_list_revoke(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "keys.jsonl"
+    monkeypatch.setenv("MEMORYD_DATA_DIR", str(tmp_path / "data"))
+
+    def keys(*argv: str) -> tuple[int, str, str]:
+        rc = main(["keys", *argv])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    rc, out, err = keys(
+        "create", "--keys-file", str(path), "--tenant", "acme", "--role", "agent",
+        "--user", "alice", "--user", "bob", "--profile", "free", "--name", "travel bot",
+    )  # fmt: skip
+    assert rc == 0, err
+    token = out.splitlines()[-1]
+    assert out.strip() == token  # alone on its line
     key_id = token.split("_")[1]
-    assert token.startswith("mdk_") and key_id in made.stderr
+    assert token.startswith("mdk_") and key_id in err
     assert token not in path.read_text() and token.split("_", 2)[2] not in path.read_text()
 
-    listed = _memoryd("keys", "list", "--keys-file", str(path), env=env)
-    assert listed.returncode == 0
-    [_, row] = listed.stdout.splitlines()
+    rc, out, _ = keys("list", "--keys-file", str(path))
+    [_, row] = out.splitlines()
     assert key_id in row and "alice,bob" in row and "active" in row and "travel bot" in row
-    assert token.split("_", 2)[2] not in listed.stdout
+    assert token.split("_", 2)[2] not in out
 
-    env_file = {**env, "MEMORYD_AUTH__KEYS_FILE": str(path)}
-    revoked = _memoryd("keys", "revoke", key_id, env=env_file)
-    assert revoked.returncode == 0 and key_id in revoked.stdout
-    assert "revoked" in _memoryd("keys", "list", env=env_file).stdout
-    assert _memoryd("keys", "revoke", "000000000000", env=env_file).returncode == 1
+    monkeypatch.setenv("MEMORYD_AUTH__KEYS_FILE", str(path))
+    rc, out, _ = keys("revoke", key_id)
+    assert rc == 0 and key_id in out
+    assert "revoked" in keys("list")[1]
+    assert keys("revoke", "000000000000")[0] == 1
 
-    refused = _memoryd(
-        "keys", "create", "--keys-file", str(path), "--tenant", "acme", "--role", "admin",
-        "--user", "alice", env=env,
+    rc, out, err = keys(
+        "create", "--keys-file", str(path), "--tenant", "acme", "--role", "admin",
+        "--user", "alice",
     )  # fmt: skip
-    assert refused.returncode == 2 and refused.stdout == ""
+    assert (rc, out) == (2, "") and "every user" in err
+    rc, out, err = keys("create", "--tenant", "acme", "--role", "agent", "--profile", "gold")
+    assert (rc, out) == (2, "") and "unknown quota profile" in err
     audit = [json.loads(x) for x in (tmp_path / "data/audit/access.jsonl").read_text().splitlines()]
     assert [(a["event"], a["key_id"]) for a in audit] == [
         ("key_created", key_id),
