@@ -18,6 +18,7 @@ from memoryd.core.lifecycle.write_behind import ConversationCopier
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import MemoryRecord, Scope, Tier
 from memoryd.core.observe import observed
+from memoryd.core.rate_limits import RateLimits
 from memoryd.core.retrieval import bm25
 from memoryd.core.retrieval.token_budget import TokenCounter
 from memoryd.core.sessions.extraction import ReplyLimits, SessionExtractor
@@ -36,6 +37,7 @@ from memoryd.stores import queue as queue_adapters
 from memoryd.stores import vectors as vector_adapters
 from memoryd.stores.archive.jsonl_store import JsonlArchiveStore
 from memoryd.stores.audit.jsonl_log import JsonlAuditLog
+from memoryd.stores.audit.port import AuditLog
 from memoryd.stores.backup.file_store import FileBackupStore
 from memoryd.stores.backup.port import BackupStore
 from memoryd.stores.embeddings.cache import CachedEmbedder
@@ -43,6 +45,9 @@ from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
 from memoryd.stores.extractor.port import StructuredChat
 from memoryd.stores.hot.port import HotStore
 from memoryd.stores.queue.port import WriteBehindQueue
+from memoryd.stores.ratelimit.memory_buckets import InProcessBuckets
+from memoryd.stores.ratelimit.port import TokenBuckets
+from memoryd.stores.ratelimit.redis_buckets import RedisBuckets
 from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore
 from memoryd.transport.telemetry import Telemetry
 from memoryd.transport.tracing import TracingUnavailable
@@ -78,6 +83,10 @@ class App:
     # For `memoryd backup`/`restore`: who has memories, and where backups go.
     memory: VectorMemory | None = None
     backups: BackupStore | None = None
+    # For the transport's identity and rate-limit concerns.
+    rate_limits: RateLimits | None = None
+    access_audit: AuditLog | None = None
+    clock: Callable[[], float] = time.time
 
     async def start(self) -> None:
         self.copier.start()
@@ -216,6 +225,13 @@ def build_sessions(
     )
 
 
+def build_buckets(settings: Settings) -> TokenBuckets:
+    """Rate-limit buckets: in Redis when configured, so every replica shares them."""
+    if settings.redis_url:
+        return RedisBuckets(settings.redis_url)
+    return InProcessBuckets()
+
+
 def build_queue(settings: Settings) -> WriteBehindQueue:
     return queue_adapters.ADAPTERS[queue_adapters.adapter_name(settings)](settings)
 
@@ -259,13 +275,15 @@ async def build_app(
     async def copy_message(scope: Scope, message: MemoryRecord) -> None:
         await copier.enqueue(scope, message)
 
+    quotas = QuotaProfiles(settings.quotas, settings.long_term)
+    buckets = build_buckets(settings)
     deps = TierDeps(
         settings=settings,
         clock=clock,
         hot=hot,
         memory=memory,
         archive=archive,
-        quotas=QuotaProfiles(settings.quotas, settings.long_term),
+        quotas=quotas,
         on_message=copy_message,
     )
     tiers = build_tiers(deps)
@@ -322,10 +340,14 @@ async def build_app(
             hot.close,
             queue.close,
             *([chat.close] if chat else []),
+            buckets.close,
         ],
         memory=memory,
         backups=backups,
         telemetry=telemetry,
         probe_stores={HOT_PROBE: hot_name, VECTOR_PROBE: vectors_name},
         health_services={f"memoryd.tier.{s.tier.value}": [_PROBE_OF[s.store]] for s in served()},
+        rate_limits=RateLimits(buckets, quotas, clock),
+        access_audit=JsonlAuditLog(settings.data_dir / "audit" / "access.jsonl"),
+        clock=clock,
     )

@@ -230,26 +230,39 @@ class QuotaProfile(BaseModel):
     entity_max_relations: int = Field(
         10_000, ge=1, description="Relations per user (RT-006 gives 10,000; no plan differs)"
     )
+    # Rate limits per tenant + user (token buckets: this many per minute, as a burst too).
+    queries_per_minute: int | None = Field(
+        None, ge=1, description="Retrieve/RenderContext per minute; past it answers degrade"
+    )
+    writes_per_minute: int | None = Field(
+        None, ge=1, description="Add/Delete/Prune/Import/EndSession per minute; RESOURCE_EXHAUSTED"
+    )
 
 
 _MB = 1024 * 1024
 
-# RT-006 "Pricing Tiers".
+# RT-006 "Pricing Tiers"; query rates from memory-v1 "Rate Limiting" (10/minute per user).
 RT006_PROFILES: dict[str, dict[str, int]] = {
     "free": {
         "long_term_max_memories": 100,
         "long_term_max_bytes": 10 * _MB,
         "entity_max_entities": 500,
+        "queries_per_minute": 10,
+        "writes_per_minute": 60,
     },
     "pro": {
         "long_term_max_memories": 10_000,
         "long_term_max_bytes": 100 * _MB,
         "entity_max_entities": 5_000,
+        "queries_per_minute": 600,
+        "writes_per_minute": 1_200,
     },
     "enterprise": {
         "long_term_max_memories": 100_000,
         "long_term_max_bytes": 1_000 * _MB,
         "entity_max_entities": 50_000,
+        "queries_per_minute": 6_000,
+        "writes_per_minute": 12_000,
     },
 }
 
@@ -291,6 +304,15 @@ class QuotaSettings(BaseModel):
     )
     user_profiles: dict[str, str] = Field(
         default_factory=dict, description='"tenant/user" -> profile; wins over the tenant\'s'
+    )
+    rate_cache_entries: int = Field(
+        1000,
+        ge=0,
+        description="Recent query answers kept (per process) to answer again past a query "
+        "rate limit; 0: past it, answers are empty",
+    )
+    rate_cache_seconds: float = Field(
+        60.0, gt=0, description="How long such an answer may be served again"
     )
 
     @model_validator(mode="before")
@@ -397,6 +419,70 @@ class TracingSettings(BaseModel):
     service_name: str = Field("memoryd", description="The service.name resource attribute")
 
 
+class JwtSettings(BaseModel):
+    """Bearer JWTs (PyJWT). Configure one key source: an HS256 secret, a PEM public key
+    (RS*/PS*/ES*/EdDSA) or a JWKS file (keys chosen by the token's `kid`)."""
+
+    hs256_secret: SecretStr | None = Field(None, description="Shared secret (HS256)")
+    public_key_file: Path | None = Field(None, description="PEM public key")
+    jwks_file: Path | None = Field(None, description="JSON Web Key Set file; re-read on change")
+    algorithms: list[str] = Field(
+        default_factory=list, description="Accepted algorithms; empty: those of the key"
+    )
+    issuer: str | None = Field(None, description="Required `iss`, when set")
+    audience: str | None = Field(None, description="Required `aud`, when set")
+    tenant_claim: str = "tenant"
+    role_claim: str = "role"
+    user_claim: str = Field(
+        "sub", description="The user (or list of users) an agent/reader token is bound to"
+    )
+    profile_claim: str = Field("", description="Claim naming the quota profile; empty: none")
+    leeway_seconds: float = Field(0.0, ge=0, description="Clock skew allowed on exp/nbf/iat")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.hs256_secret or self.public_key_file or self.jwks_file)
+
+
+class AuthSettings(BaseModel):
+    """Who may call: API keys (a keys file), JWTs, or mTLS client certificates (see `tls`).
+    With none configured every caller is tenant "default" and the server stays on loopback."""
+
+    keys_file: Path | None = Field(
+        None, description="API keys file (`memoryd keys create`); changes apply at once"
+    )
+    jwt: JwtSettings = JwtSettings()
+    allow_unauthenticated: bool = Field(
+        False, description="Serve a non-loopback MEMORYD_LISTEN with no credential configured"
+    )
+    default_tenant: str = Field(
+        "default", description="The tenant of every caller when auth is off"
+    )
+
+
+class TlsSettings(BaseModel):
+    """TLS for the gRPC port; with a client CA, mutual TLS: every connection needs a client
+    certificate of that CA (gRPC Python cannot make it optional), and the certificate is a
+    credential, its subject naming tenant, role and user (attribute names below)."""
+
+    cert_file: Path | None = Field(None, description="Server certificate chain (PEM)")
+    key_file: Path | None = Field(None, description="Server private key (PEM)")
+    client_ca_file: Path | None = Field(None, description="CA(s) of client certificates (PEM)")
+    tenant_attribute: str = Field("O", description="Subject attribute holding the tenant")
+    role_attribute: str = Field("OU", description="Subject attribute holding the role")
+    user_attribute: str = Field(
+        "CN", description="Subject attribute holding the user of agent/reader certificates"
+    )
+
+    @model_validator(mode="after")
+    def _pairs(self) -> TlsSettings:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("tls: cert_file and key_file go together")
+        if self.client_ca_file and not self.cert_file:
+            raise ValueError("tls: client_ca_file needs cert_file and key_file")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MEMORYD_",
@@ -435,8 +521,13 @@ class Settings(BaseSettings):
     retention: RetentionSettings = RetentionSettings()
     quotas: QuotaSettings = QuotaSettings()
     backup: BackupSettings = BackupSettings()
+    auth: AuthSettings = AuthSettings()
+    tls: TlsSettings = TlsSettings()
     instance_id: str = Field(
         "", description="Names this replica's Redis stream consumer; empty: the host name"
+    )
+    api_key: SecretStr | None = Field(
+        None, description="The client commands' API key (MEMORYD_API_KEY); the server ignores it"
     )
 
     @classmethod

@@ -14,12 +14,14 @@ from memoryd.cli import progress
 from memoryd.cli.backup import BackupCorrupt, backup, restore
 from memoryd.cli.client_commands import add_client_commands, run_client_command
 from memoryd.cli.health import add_health_command, run_health
+from memoryd.cli.keys import add_keys_command, audit_local, run_keys_command
 from memoryd.cli.mcp import add_mcp_command, run_mcp_command
 from memoryd.cli.progress import Progress
 from memoryd.cli.reindex import ReindexRefused, reindex
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.settings import Settings, load_settings
 from memoryd.stores.backup.port import BackupStore, BackupStoreError
+from memoryd.transport.identity import check_exposure
 from memoryd.transport.logs import configure_logging
 from memoryd.transport.server import serve
 
@@ -55,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     add_client_commands(commands)
     add_mcp_command(commands)
     add_health_command(commands)
+    add_keys_command(commands)
     return parser
 
 
@@ -78,6 +81,7 @@ async def _backup(settings: Settings, args: argparse.Namespace) -> int:
             )
     finally:
         await app.close()
+    audit_local(settings, "backup", {"event": "backup", "day": report.day, "users": report.users})
     return 0
 
 
@@ -100,6 +104,18 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
     if not report.day:
         print("restore: there are no backups", file=sys.stderr)
         return 1
+    audit_local(
+        settings,
+        "restore",
+        {
+            "event": "restore",
+            "day": report.day,
+            "users": report.users,
+            "tenant": args.tenant,
+            "user_id": args.user,
+            "imported": report.imported,
+        },
+    )
     return 0
 
 
@@ -130,6 +146,7 @@ async def _maintain(settings: Settings) -> None:
 
 
 async def _serve(settings: Settings) -> None:
+    check_exposure(settings)  # before the model loads: a refusal should be quick
     app = await build_app(settings)
     await serve(settings, app)
 
@@ -145,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {"listen": args.listen} if getattr(args, "listen", None) else {}
     settings = load_settings(args.config, **overrides)
     configure_logging(settings.log_level, settings.log_format)
+    if args.command == "keys":
+        return run_keys_command(args, settings)
     if args.command != "serve":
         progress.quiet_library_bars(not getattr(args, "no_progress", False))
     try:

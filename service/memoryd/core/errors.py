@@ -55,3 +55,35 @@ class Unimplemented(MemorydError):
 
     def __init__(self, what: str) -> None:
         super().__init__(f"{what} is not implemented yet in this version of memoryd")
+
+
+class Unauthenticated(MemorydError):
+    """No credential, or one that is not valid (unknown, revoked, expired, forged).
+
+    `key_id` and `detail` are for the audit log only; the caller sees `message`."""
+
+    def __init__(self, reason: str, message: str, *, key_id: str = "", detail: str = "") -> None:
+        self.reason = reason
+        self.key_id = key_id
+        self.detail = detail or message
+        super().__init__(message)
+
+
+class PermissionDenied(MemorydError):
+    """A valid credential asked for something outside its grants. The message names the
+    grant missing, never whether the user or data asked for exists."""
+
+    def __init__(self, reason: str, message: str, metadata: dict[str, str] | None = None) -> None:
+        self.reason = reason
+        self.metadata = metadata or {}
+        super().__init__(message)
+
+
+class RateLimited(QuotaExceeded):
+    """A per-user write rate is spent; nothing was written. Retry after `retry_after_s`."""
+
+    def __init__(
+        self, subject: str, limit_name: str, limit: int, retry_after_s: float, message: str
+    ) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(subject=subject, limit_name=limit_name, limit=limit, message=message)

@@ -62,12 +62,33 @@ class PruneStrategy(StrEnum):
     ALL = "all"
 
 
+class AccessRole(StrEnum):
+    """What a credential may do (core/access.py holds the grants of each)."""
+
+    AGENT = "agent"
+    READER = "reader"
+    ADMIN = "admin"
+
+
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: attached by the transport from the credential."""
+    """Who is calling: attached by the transport from the credential. One tenant only."""
 
     tenant: str
     subject: str = "anonymous"
+    role: AccessRole = AccessRole.ADMIN
+    # The users it may act for; empty: every user of its tenant.
+    users: frozenset[str] = frozenset()
+    # Which credential proved it: "none" (auth off), "api_key", "jwt" or "mtls".
+    credential: str = "none"
+    # The key id (API key), `kid` (JWT) or certificate fingerprint, for the audit log.
+    key_id: str = ""
+    # The quota profile the credential names (rate limits); None: the user's own.
+    profile: str | None = None
+
+    @property
+    def authenticated(self) -> bool:
+        return self.credential != "none"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ method handler itself, not the continuation, because in grpc.aio that is the onl
 that runs inside the call and sees its exceptions. `server.py` lists them outermost first:
 
     observability (request id, metrics, log line) -> errors (domain error -> status)
-        -> identity (principal) -> servicer
+        -> identity (principal, grants; transport/identity.py)
+        -> rate limits (transport/limits.py) -> servicer
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from grpc_status import rpc_status
@@ -106,20 +107,6 @@ async def _abort(context: Context, status: Any) -> None:
     await context.abort(grpc_status.code, grpc_status.details, grpc_status.trailing_metadata)
 
 
-class Authenticator(Protocol):
-    def authenticate(self, metadata: Metadata) -> Principal: ...
-
-
-class DefaultTenant:
-    """No credential configured: every caller belongs to one tenant."""
-
-    def __init__(self, tenant: str = "default") -> None:
-        self._principal = Principal(tenant=tenant)
-
-    def authenticate(self, metadata: Metadata) -> Principal:
-        return self._principal
-
-
 class CallContext:
     """Where a handler finds the principal of the call it serves."""
 
@@ -131,19 +118,3 @@ class CallContext:
 
     def bind(self, principal: Principal) -> None:
         self._principal.set(principal)
-
-
-class Identity(AroundCall):
-    """Turns the call's credential into the principal the servicer reads."""
-
-    def __init__(self, authenticator: Authenticator, calls: CallContext) -> None:
-        self._auth = authenticator
-        self._calls = calls
-
-    @asynccontextmanager
-    async def around(
-        self, details: grpc.HandlerCallDetails, context: Context
-    ) -> AsyncIterator[None]:
-        # Each RPC runs in its own task with its own context copy: no reset needed.
-        self._calls.bind(self._auth.authenticate(tuple(details.invocation_metadata or ())))
-        yield

@@ -10,10 +10,12 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from memoryd.app import App
+from memoryd.app import App, StartupRefused
 from memoryd.settings import Settings
 from memoryd.transport.health import SERVICE_NAME, HealthMonitor
-from memoryd.transport.interceptors import CallContext, DefaultTenant, ErrorMapping, Identity
+from memoryd.transport.identity import Identity, build_authenticator, check_exposure
+from memoryd.transport.interceptors import CallContext, ErrorMapping
+from memoryd.transport.limits import AnswerCache, RateLimiting
 from memoryd.transport.metrics import MetricsListener
 from memoryd.transport.observability import Observability
 from memoryd.transport.servicer import MemoryServicer
@@ -39,19 +41,26 @@ class MemorydServer:
             if settings.metrics.listen
             else None
         )
+        check_exposure(settings)
         calls = CallContext()
+        identity = Identity(build_authenticator(settings), calls, app.access_audit, app.clock)
+        assert app.rate_limits is not None
+        quotas = settings.quotas
+        answers = AnswerCache(quotas.rate_cache_entries, quotas.rate_cache_seconds, app.clock)
         max_bytes = settings.limits.max_message_bytes
         provider = app.telemetry.tracer_provider
         # The trace's server span encloses the whole call, so every log line is inside it.
         tracing = [server_interceptor(provider)] if provider is not None else []
         self._server = grpc.aio.server(
             # Outermost first: the request id, metrics and log line see every outcome;
-            # errors are mapped for everything inside, identity included.
+            # errors are mapped for everything inside, identity included; identity refuses
+            # before any rate-limit token is spent.
             interceptors=[
                 *tracing,
                 Observability(metrics, calls),
                 ErrorMapping(),
-                Identity(DefaultTenant(), calls),
+                identity,
+                RateLimiting(app.rate_limits, calls, answers),
             ],
             options=[
                 ("grpc.max_receive_message_length", max_bytes),
@@ -78,7 +87,7 @@ class MemorydServer:
         return self._health
 
     async def start(self) -> int:
-        self.port = self._server.add_insecure_port(self._settings.listen)
+        self.port = self._add_port()
         if self.port == 0:
             raise OSError(f"cannot listen on {self._settings.listen}")
         if self._metrics_listener is not None:
@@ -89,6 +98,20 @@ class MemorydServer:
         await self._server.start()
         log.info("memoryd serving %s on port %d", SERVICE_NAME, self.port)
         return self.port
+
+    def _add_port(self) -> int:
+        tls = self._settings.tls
+        if tls.cert_file is None or tls.key_file is None:
+            return self._server.add_insecure_port(self._settings.listen)
+        try:
+            credentials = grpc.ssl_server_credentials(
+                [(tls.key_file.read_bytes(), tls.cert_file.read_bytes())],
+                root_certificates=tls.client_ca_file.read_bytes() if tls.client_ca_file else None,
+                require_client_auth=bool(tls.client_ca_file),
+            )
+        except OSError as exc:
+            raise StartupRefused(f"the TLS files cannot be read: {exc}") from exc
+        return self._server.add_secure_port(self._settings.listen, credentials)
 
     async def stop(self, grace_s: float | None = None) -> None:
         if self._stopped:

@@ -23,8 +23,11 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from memoryd.core.errors import (
     InvalidArgument,
     MemorydError,
+    PermissionDenied,
     QuotaExceeded,
+    RateLimited,
     StoreUnavailable,
+    Unauthenticated,
     Unimplemented,
 )
 
@@ -53,7 +56,7 @@ def _quota_failure(exc: QuotaExceeded) -> error_details_pb2.QuotaFailure:
     )
 
 
-def _retry_info(exc: StoreUnavailable) -> error_details_pb2.RetryInfo:
+def _retry_info(exc: StoreUnavailable | RateLimited) -> error_details_pb2.RetryInfo:
     """how long to wait before retrying"""
     delay = duration_pb2.Duration()
     delay.FromNanoseconds(int(exc.retry_after_s * 1e9))
@@ -67,43 +70,58 @@ class ErrorRow(Generic[E]):
     error: type[E]
     code: grpc.StatusCode
     reason: str  # ErrorInfo.reason: stable, clients may switch on it
-    detail: Callable[[E], Message] | None = None  # sent before the ErrorInfo
+    details: tuple[Callable[[E], Message], ...] = ()  # sent in order, before the ErrorInfo
     info: tuple[str, ...] = ()  # attributes of the error sent as ErrorInfo.metadata
+    # The error carries a finer reason of its own (`exc.reason`, e.g. USER_NOT_GRANTED) and
+    # metadata (`exc.metadata`), which replace the row's.
+    own_reason: bool = False
 
     def status(self, exc: E) -> status_pb2.Status:
-        details = [] if self.detail is None else [_packed(self.detail(exc))]
+        details = [_packed(build(exc)) for build in self.details]
         metadata = {name: str(getattr(exc, name)) for name in self.info}
-        info = error_details_pb2.ErrorInfo(
-            reason=self.reason, domain=ERROR_DOMAIN, metadata=metadata
-        )
+        reason = self.reason
+        if self.own_reason:
+            reason = str(getattr(exc, "reason", "") or self.reason)
+            metadata |= dict(getattr(exc, "metadata", {}) or {})
+        info = error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN, metadata=metadata)
         details.append(_packed(info))
         return status_pb2.Status(code=self.code.value[0], message=str(exc), details=details)
 
-    def detail_type(self) -> type[Message] | None:
-        """The message type `detail` builds, read from its return annotation."""
-        if self.detail is None:
-            return None
-        built: type[Message] = typing.get_type_hints(self.detail)["return"]
-        return built
+    def detail_types(self) -> list[type[Message]]:
+        """The message types `details` build, read from their return annotations."""
+        return [typing.get_type_hints(build)["return"] for build in self.details]
 
 
 ERROR_TABLE: tuple[ErrorRow[Any], ...] = (
-    ErrorRow(InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", _bad_request),
+    ErrorRow(
+        InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", (_bad_request,)
+    ),
     ErrorRow(
         QuotaExceeded,
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         "QUOTA_EXCEEDED",
-        _quota_failure,
+        (_quota_failure,),
+        info=("limit_name", "limit"),
+    ),
+    ErrorRow(
+        RateLimited,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "RATE_LIMITED",
+        (_quota_failure, _retry_info),
         info=("limit_name", "limit"),
     ),
     ErrorRow(
         StoreUnavailable,
         grpc.StatusCode.UNAVAILABLE,
         "STORE_UNAVAILABLE",
-        _retry_info,
+        (_retry_info,),
         info=("store",),
     ),
     ErrorRow(Unimplemented, grpc.StatusCode.UNIMPLEMENTED, "UNIMPLEMENTED"),
+    ErrorRow(Unauthenticated, grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED", own_reason=True),
+    ErrorRow(
+        PermissionDenied, grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED", own_reason=True
+    ),
 )
 
 _ROW_OF: dict[type, ErrorRow[Any]] = {row.error: row for row in ERROR_TABLE}
@@ -120,6 +138,11 @@ def _packed(message: Message) -> any_pb2.Any:
 def row_of(exc: MemorydError) -> ErrorRow[Any]:
     """The row of ``exc``'s class, or of its nearest mapped base class."""
     return next((_ROW_OF[c] for c in type(exc).__mro__ if c in _ROW_OF), _UNMAPPED)
+
+
+def status_code_of(exc: MemorydError) -> grpc.StatusCode:
+    """The status code ``exc`` is answered with (for audit lines and metrics)."""
+    return row_of(exc).code
 
 
 def to_rpc_status(exc: MemorydError) -> status_pb2.Status:
@@ -142,10 +165,10 @@ def _summary(documented: object) -> str:
 
 
 def _details_cell(row: ErrorRow[Any]) -> str:
-    built = row.detail_type()
-    cells = []
-    if built is not None and row.detail is not None:
-        cells.append(f"`{built.DESCRIPTOR.full_name}`: {_summary(row.detail)}")
+    cells = [
+        f"`{built.DESCRIPTOR.full_name}`: {_summary(build)}"
+        for build, built in zip(row.details, row.detail_types(), strict=True)
+    ]
     cells.append(f"`{error_details_pb2.ErrorInfo.DESCRIPTOR.full_name}`")
     return ", then ".join(cells)
 
@@ -170,8 +193,12 @@ def reference_markdown() -> str:
     ]
     for row in ERROR_TABLE:
         metadata = ", ".join(f"`{name}`" for name in row.info) or "none"
+        reason = f"`{row.reason}`"
+        if row.own_reason:
+            reason += " or the error's finer reason"
+            metadata = "the error's own" if metadata == "none" else metadata
         lines.append(
-            f"| `{row.error.__name__}` | `{row.code.name}` | `{row.reason}` "
+            f"| `{row.error.__name__}` | `{row.code.name}` | {reason} "
             f"| {_details_cell(row)} | {metadata} | {_summary(row.error)} |"
         )
     lines += [

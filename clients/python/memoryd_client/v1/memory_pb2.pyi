@@ -816,6 +816,7 @@ class RetrieveResponse(_message.Message):
     RETRIEVAL_MS_FIELD_NUMBER: _builtins.int
     TOKEN_COUNT_FIELD_NUMBER: _builtins.int
     TRUNCATED_FIELD_NUMBER: _builtins.int
+    RATE_LIMITED_FIELD_NUMBER: _builtins.int
     total_count: _builtins.int
     """Matches before top_k and the token budget cut them."""
     embedding_ms: _builtins.float
@@ -823,6 +824,10 @@ class RetrieveResponse(_message.Message):
     token_count: _builtins.int
     truncated: _builtins.bool
     """True when the token budget cut or shortened the items."""
+    rate_limited: _builtins.bool
+    """True when the caller's query rate limit was reached: the items are a recent answer to
+    the same request, or none. Never an error.
+    """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryItem]: ...
     def __init__(
@@ -834,10 +839,11 @@ class RetrieveResponse(_message.Message):
         retrieval_ms: _builtins.float = ...,
         token_count: _builtins.int = ...,
         truncated: _builtins.bool = ...,
+        rate_limited: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding_ms", b"embedding_ms", "items", b"items", "retrieval_ms", b"retrieval_ms", "token_count", b"token_count", "total_count", b"total_count", "truncated", b"truncated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding_ms", b"embedding_ms", "items", b"items", "rate_limited", b"rate_limited", "retrieval_ms", b"retrieval_ms", "token_count", b"token_count", "total_count", b"total_count", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1422,11 +1428,16 @@ class RenderContextResponse(_message.Message):
     TOKEN_COUNT_FIELD_NUMBER: _builtins.int
     TRUNCATED_FIELD_NUMBER: _builtins.int
     ITEM_COUNT_FIELD_NUMBER: _builtins.int
+    RATE_LIMITED_FIELD_NUMBER: _builtins.int
     context: _builtins.str
     """The <memory> block; empty when nothing is relevant."""
     token_count: _builtins.int
     truncated: _builtins.bool
     item_count: _builtins.int
+    rate_limited: _builtins.bool
+    """True when the caller's query rate limit was reached: the context is a recent answer to
+    the same request, or empty. Never an error.
+    """
     def __init__(
         self,
         *,
@@ -1434,10 +1445,11 @@ class RenderContextResponse(_message.Message):
         token_count: _builtins.int = ...,
         truncated: _builtins.bool = ...,
         item_count: _builtins.int = ...,
+        rate_limited: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "item_count", b"item_count", "token_count", b"token_count", "truncated", b"truncated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "item_count", b"item_count", "rate_limited", b"rate_limited", "token_count", b"token_count", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -41,6 +41,9 @@ class QuotaProfiles:
         )
         return ResolvedProfile(name, self._profiles[name])
 
+    def named(self, name: str) -> QuotaProfile | None:
+        return self._profiles.get(name)
+
 
 def quota_percent(count: int, max_count: int, size: int, max_bytes: int) -> float:
     """max(count %, bytes %) of the limits that exist (0 means no limit)."""

@@ -1,0 +1,96 @@
+"""Per-user rate limits (tenant + user) from the caller's quota profile.
+
+Queries (Retrieve, RenderContext) past their rate degrade softly: the transport answers
+from a recent identical query or empty, flagged `rate_limited`. Writes past theirs are
+refused (RateLimited: RESOURCE_EXHAUSTED with the delay to retry) before anything is
+written. The profile is the credential's, else the user's (quotas settings); callers with
+no credential (auth off) have no limit. The buckets are behind a port: Redis when
+configured, shared by every replica, else in this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from enum import StrEnum
+
+from memoryd.core.errors import RateLimited
+from memoryd.core.lifecycle.quotas import QuotaProfiles
+from memoryd.core.models import Principal, Scope
+from memoryd.stores.ratelimit.port import BucketKey, BucketsUnavailable, Rate, TokenBuckets
+
+log = logging.getLogger(__name__)
+
+# A store outage is logged at most this often (every call would flood the log).
+_WARN_EVERY_S = 60.0
+
+
+class Limited(StrEnum):
+    QUERY = "query"
+    WRITE = "write"
+
+
+class RateLimits:
+    def __init__(
+        self,
+        buckets: TokenBuckets,
+        profiles: QuotaProfiles,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._buckets = buckets
+        self._profiles = profiles
+        self._clock = clock
+        self._warned_at = float("-inf")
+
+    def per_minute(self, principal: Principal, scope: Scope, kind: Limited) -> int | None:
+        """The caller's rate for `kind`, or None when unlimited."""
+        if not principal.authenticated:
+            return None
+        profile = self._profiles.named(principal.profile) if principal.profile else None
+        if profile is None:
+            if principal.profile:
+                log.warning("unknown quota profile %r on a credential", principal.profile)
+            profile = self._profiles.profile_for(scope).limits
+        if kind is Limited.QUERY:
+            return profile.queries_per_minute
+        return profile.writes_per_minute
+
+    async def _take(self, principal: Principal, scope: Scope, kind: Limited) -> float | None:
+        """None when the call may go on, else the seconds until it may."""
+        per_minute = self.per_minute(principal, scope, kind)
+        if per_minute is None:
+            return None
+        key = BucketKey(scope.tenant, scope.user_id, kind.value)
+        try:
+            taken = await self._buckets.take(key, Rate.per_minute(per_minute), self._clock())
+        except BucketsUnavailable as exc:
+            # Limits protect capacity, not data: without their store, calls go on.
+            now = time.monotonic()
+            if now - self._warned_at >= _WARN_EVERY_S:
+                self._warned_at = now
+                log.warning("rate limits not enforced: their store is unavailable (%s)", exc)
+            return None
+        return None if taken.allowed else taken.retry_after_s
+
+    def limited(self, principal: Principal) -> bool:
+        """Whether any limit may apply to this caller (else no bookkeeping is needed)."""
+        return principal.authenticated
+
+    async def allow_query(self, principal: Principal, scope: Scope) -> bool:
+        return await self._take(principal, scope, Limited.QUERY) is None
+
+    async def charge_write(self, principal: Principal, scope: Scope) -> None:
+        """Take one write token, or raise RateLimited (nothing may be written then)."""
+        retry_after = await self._take(principal, scope, Limited.WRITE)
+        if retry_after is None:
+            return
+        limit = self.per_minute(principal, scope, Limited.WRITE) or 0
+        raise RateLimited(
+            subject=f"rate:{scope.user_id}",
+            limit_name="writes_per_minute",
+            limit=limit,
+            retry_after_s=retry_after,
+            message=f"write rate limit reached for this user (max: {limit:,} writes per "
+            f"minute); retry in {retry_after:.1f} s, or upgrade the plan",
+        )

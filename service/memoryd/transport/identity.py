@@ -1,0 +1,375 @@
+"""Identity: who is calling, and may they make this call for this user?
+
+For every MemoryService call the `Identity` concern
+
+1. authenticates: a Bearer API key or JWT in the `authorization` metadata, else the mTLS
+   client certificate, else (only when no credential is configured at all) the anonymous
+   principal of the default tenant. Missing or bad: UNAUTHENTICATED.
+2. binds the principal to the call (`CallContext`): the servicer takes the tenant of every
+   scope from it, never from the request.
+3. authorizes, before the servicer sees the request: the RPC's action must be granted to the
+   principal's role and `scope.user_id` must be one of its users (core/access.py);
+   otherwise PERMISSION_DENIED. For Import the first message's scope is checked before it
+   reaches the servicer.
+4. writes the audit log: every refusal, and every admin-only operation with its outcome,
+   each with the key id (never a secret).
+
+Health and reflection are other services: the interceptor chain leaves them open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+from google.protobuf.message import Message
+
+from memoryd.app import StartupRefused
+from memoryd.core.access import ADMIN_ACTIONS, Action, anonymous, authorize
+from memoryd.core.errors import MemorydError, PermissionDenied, Unauthenticated
+from memoryd.core.models import AccessRole, Principal
+from memoryd.settings import Settings
+from memoryd.stores.audit.port import AuditLog, AuditLogError
+from memoryd.stores.keys.file import TOKEN_PREFIX, KeysFile, KeysFileError
+from memoryd.transport.credentials import ApiKeys, ClientCertificates, JwtVerifier
+from memoryd.transport.interceptors import (
+    SERVICE_PREFIX,
+    AroundCall,
+    Behavior,
+    CallContext,
+    Context,
+    Metadata,
+)
+from memoryd.transport.status_map import status_code_of
+from memoryd.v1 import memory_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+MISSING = "CREDENTIAL_MISSING"
+
+# What each RPC does, for the grants. An RPC missing here needs the admin role.
+ACTIONS: Mapping[str, Action] = {
+    "Add": Action.WRITE,
+    "AddBatch": Action.WRITE,
+    "Retrieve": Action.READ,
+    "Get": Action.READ,
+    "Delete": Action.WRITE,
+    "Prune": Action.WRITE,
+    "Export": Action.READ,
+    "Import": Action.RESTORE,
+    "Usage": Action.READ,
+    "RenderContext": Action.READ,
+    "EndSession": Action.WRITE,
+}
+
+
+def action_of(rpc: str, request: Message | None) -> Action | None:
+    """The action a call takes; Prune ALL with no tier named erases the whole user."""
+    if (
+        rpc == "Prune"
+        and isinstance(request, pb.PruneRequest)
+        and request.strategy == pb.PRUNE_STRATEGY_ALL
+        and not request.tiers
+    ):
+        return Action.ERASE
+    return ACTIONS.get(rpc)
+
+
+def user_of(request: Message) -> str:
+    scope = getattr(request, "scope", None)
+    return str(getattr(scope, "user_id", "") or "")
+
+
+# Start-up.
+
+
+def credentials_configured(settings: Settings) -> bool:
+    return bool(settings.auth.keys_file or settings.auth.jwt.enabled or settings.tls.client_ca_file)
+
+
+def is_loopback(listen: str) -> bool:
+    if listen.startswith("unix:"):
+        return True
+    host = listen.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(settings: Settings) -> None:
+    """With no credential configured, serve loopback only unless told otherwise."""
+    if credentials_configured(settings) or is_loopback(settings.listen):
+        return
+    if settings.auth.allow_unauthenticated:
+        log.warning(
+            "serving %s WITHOUT authentication (MEMORYD_AUTH__ALLOW_UNAUTHENTICATED=true): "
+            "every caller can read and erase every user",
+            settings.listen,
+        )
+        return
+    raise StartupRefused(
+        f"MEMORYD_LISTEN={settings.listen} is not a loopback address and no credential is "
+        "configured (MEMORYD_AUTH__KEYS_FILE, MEMORYD_AUTH__JWT__*, MEMORYD_TLS__CLIENT_CA_FILE); "
+        "configure one, or set MEMORYD_AUTH__ALLOW_UNAUTHENTICATED=true to serve anyone"
+    )
+
+
+class Authenticator:
+    """Turns a call's credential into its principal (or raises Unauthenticated)."""
+
+    def __init__(
+        self,
+        *,
+        default_tenant: str = "default",
+        keys: ApiKeys | None = None,
+        tokens: JwtVerifier | None = None,
+        certs: ClientCertificates | None = None,
+    ) -> None:
+        self._anonymous = anonymous(default_tenant)
+        self._keys = keys
+        self._tokens = tokens
+        self.certs = certs
+
+    @property
+    def configured(self) -> bool:
+        return bool(self._keys or self._tokens or self.certs)
+
+    def authenticate(self, metadata: Metadata, client_cert: bytes | None = None) -> Principal:
+        if not self.configured:
+            return self._anonymous
+        header = next((v for k, v in metadata if k == "authorization"), None)
+        if header is not None:
+            return self._bearer(header if isinstance(header, str) else header.decode("latin-1"))
+        if client_cert is not None and self.certs is not None:
+            return self.certs.verify(client_cert)
+        raise Unauthenticated(
+            MISSING, "this call needs a credential: `authorization: Bearer <API key or JWT>`"
+        )
+
+    def _bearer(self, header: str) -> Principal:
+        scheme, _, token = header.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthenticated(
+                "CREDENTIAL_INVALID", "authorization must be `Bearer <credential>`"
+            )
+        if token.startswith(TOKEN_PREFIX) and self._keys is not None:
+            return self._keys.verify(token)
+        if token.count(".") == 2 and self._tokens is not None:
+            return self._tokens.verify(token)
+        raise Unauthenticated("CREDENTIAL_INVALID", "invalid credential")
+
+
+def build_authenticator(settings: Settings) -> Authenticator:
+    """The configured credentials; refuses to start on a missing or malformed one."""
+    keys = tokens = certs = None
+    try:
+        if settings.auth.keys_file is not None:
+            keys = ApiKeys(KeysFile(settings.auth.keys_file))
+            keys.check_readable()
+        if settings.auth.jwt.enabled:
+            tokens = JwtVerifier(settings.auth.jwt)
+        if settings.tls.client_ca_file is not None:
+            certs = ClientCertificates(settings.tls)
+    except KeysFileError as exc:
+        raise StartupRefused(
+            f"the API keys file cannot be used: {exc} (create one with `memoryd keys create`)"
+        ) from exc
+    except (OSError, ValueError) as exc:
+        raise StartupRefused(f"the credential settings cannot be used: {exc}") from exc
+    return Authenticator(
+        default_tenant=settings.auth.default_tenant, keys=keys, tokens=tokens, certs=certs
+    )
+
+
+class Identity(AroundCall):
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        calls: CallContext,
+        audit: AuditLog | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._auth = authenticator
+        self._calls = calls
+        self._audit = audit
+        self._clock = clock
+
+    @asynccontextmanager
+    async def around(
+        self, details: grpc.HandlerCallDetails, context: Context
+    ) -> AsyncIterator[None]:
+        """Authenticates and binds the principal (authorization needs the request: see
+        `_admit`, used by the wrappers below)."""
+        rpc = details.method.removeprefix(SERVICE_PREFIX)
+        try:
+            cert = None
+            if self._auth.certs is not None:
+                cert = ClientCertificates.pem_of(_auth_context(context))
+            principal = self._auth.authenticate(tuple(details.invocation_metadata or ()), cert)
+        except Unauthenticated as exc:
+            await self._record_refusal(rpc, context, None, exc, "")
+            raise
+        # Each RPC runs in its own task with its own context copy: no reset needed.
+        self._calls.bind(principal)
+        yield
+
+    async def _admit(self, rpc: str, context: Context, request: Any) -> tuple[_Call, Any]:
+        """Checks the call's grants; returns what it is and the request to pass on (for a
+        request stream, one that checks its first message's user before handing it on)."""
+        principal = self._calls.principal()
+        streamed = not isinstance(request, Message)
+        action = action_of(rpc, None if streamed else request)
+        user = "" if streamed else user_of(request)
+        call = _Call(rpc, action, user)
+        try:
+            if action is None:
+                if principal.role is not AccessRole.ADMIN:
+                    raise PermissionDenied(
+                        "RPC_NOT_GRANTED", f"{rpc} is open to admin credentials only", {"rpc": rpc}
+                    )
+            else:
+                authorize(principal, action, user)
+        except PermissionDenied as exc:
+            await self._record_refusal(rpc, context, principal, exc, user)
+            raise
+        if streamed:
+            request = self._checked_stream(call, context, principal, request)
+        return call, request
+
+    async def _checked_stream(
+        self, call: _Call, context: Context, principal: Principal, stream: AsyncIterator[Message]
+    ) -> AsyncIterator[Message]:
+        first = True
+        async for message in stream:
+            if first:
+                first = False
+                call.user = user_of(message)
+                try:
+                    if call.action is not None:
+                        authorize(principal, call.action, call.user)
+                except PermissionDenied as exc:
+                    await self._record_refusal(call.rpc, context, principal, exc, call.user)
+                    raise
+            yield message
+
+    def _wrap_unary(self, behavior: Behavior, details: grpc.HandlerCallDetails) -> Behavior:
+        rpc = details.method.removeprefix(SERVICE_PREFIX)
+
+        async def call(request: Any, context: Context) -> Any:
+            async with self.around(details, context):
+                facts, request = await self._admit(rpc, context, request)
+                async with self._audited(facts):
+                    return await behavior(request, context)
+
+        return call
+
+    def _wrap_stream(self, behavior: Behavior, details: grpc.HandlerCallDetails) -> Behavior:
+        rpc = details.method.removeprefix(SERVICE_PREFIX)
+
+        async def call(request: Any, context: Context) -> AsyncIterator[Any]:
+            async with self.around(details, context):
+                facts, request = await self._admit(rpc, context, request)
+                async with self._audited(facts):
+                    async for response in behavior(request, context):
+                        yield response
+
+        return call
+
+    @asynccontextmanager
+    async def _audited(self, call: _Call) -> AsyncIterator[None]:
+        """Admin-only operations leave an audit line with their outcome."""
+        if call.action is not None and call.action not in ADMIN_ACTIONS:
+            yield
+            return
+        outcome = "OK"
+        try:
+            yield
+        except MemorydError as exc:
+            outcome = status_code_of(exc).name
+            raise
+        except BaseException:
+            outcome = "ERROR"
+            raise
+        finally:
+            principal = self._calls.principal()
+            await self._write(
+                {
+                    "event": "admin_operation",
+                    "rpc": call.rpc,
+                    "action": call.action.value if call.action else "",
+                    **_who(principal),
+                    "user_id": call.user,
+                    "outcome": outcome,
+                }
+            )
+
+    async def _record_refusal(
+        self,
+        rpc: str,
+        context: Context,
+        principal: Principal | None,
+        exc: Unauthenticated | PermissionDenied,
+        user_id: str,
+    ) -> None:
+        entry: dict[str, Any] = {
+            "event": "auth_failure",
+            "rpc": rpc,
+            "status": status_code_of(exc).name,
+            "reason": exc.reason,
+        }
+        if principal is not None:
+            entry.update(_who(principal))
+        else:
+            assert isinstance(exc, Unauthenticated)
+            entry.update(key_id=exc.key_id, detail=exc.detail)
+        entry.update(user_id=user_id, peer=context.peer())
+        log.info("refused %s: %s %s key=%s", rpc, entry["status"], exc.reason, entry["key_id"])
+        await self._write(entry)
+
+    async def _write(self, entry: dict[str, Any]) -> None:
+        if self._audit is None:
+            return
+        line = {"time": datetime.fromtimestamp(self._clock(), tz=UTC).isoformat(), **entry}
+        try:
+            await asyncio.to_thread(self._audit.append, line)
+        except AuditLogError as exc:
+            log.error("audit log not written (%s): %s", exc, line)
+
+
+@dataclass
+class _Call:
+    """What a call is, for its checks and its audit line (`user` of a request stream is
+    known once its first message arrives)."""
+
+    rpc: str
+    action: Action | None
+    user: str
+
+
+def _who(principal: Principal) -> dict[str, str]:
+    return {
+        "credential": principal.credential,
+        "key_id": principal.key_id,
+        "subject": principal.subject,
+        "tenant": principal.tenant,
+        "role": principal.role.value,
+    }
+
+
+def _auth_context(context: Context) -> Mapping[str, Iterable[bytes]]:
+    try:
+        return context.auth_context()
+    except Exception:  # an insecure connection has no auth context to speak of
+        return {}
