@@ -431,8 +431,8 @@ class JwtSettings(BaseModel):
     )
     issuer: str | None = Field(None, description="Required `iss`, when set")
     audience: str | None = Field(None, description="Required `aud`, when set")
-    tenant_claim: str = "tenant"
-    role_claim: str = "role"
+    tenant_claim: str = Field("tenant", description="Claim naming the tenant")
+    role_claim: str = Field("role", description="Claim naming the role (agent, reader, admin)")
     user_claim: str = Field(
         "sub", description="The user (or list of users) an agent/reader token is bound to"
     )

@@ -20,8 +20,11 @@ from memoryd.core.errors import (
     FieldViolation,
     InvalidArgument,
     MemorydError,
+    PermissionDenied,
     QuotaExceeded,
+    RateLimited,
     StoreUnavailable,
+    Unauthenticated,
     Unimplemented,
 )
 from memoryd.transport.status_map import ERROR_TABLE, internal_status, to_rpc_status
@@ -99,6 +102,38 @@ CASES = [
             ),
             error_info("STORE_UNAVAILABLE", store="hot store"),
         ],
+    ),
+    Case(
+        RateLimited("writes:alice", "writes_per_minute", 60, 1.5, "write rate spent (max: 60)"),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "write rate spent (max: 60)",
+        [
+            error_details_pb2.QuotaFailure(
+                violations=[
+                    error_details_pb2.QuotaFailure.Violation(
+                        subject="writes:alice", description="write rate spent (max: 60)"
+                    )
+                ]
+            ),
+            error_details_pb2.RetryInfo(
+                retry_delay=duration_pb2.Duration(seconds=1, nanos=500_000_000)
+            ),
+            error_info("RATE_LIMITED", limit_name="writes_per_minute", limit="60"),
+        ],
+    ),
+    Case(
+        Unauthenticated("KEY_REVOKED", "the credential is not valid", key_id="k1"),
+        grpc.StatusCode.UNAUTHENTICATED,
+        "the credential is not valid",
+        [error_info("KEY_REVOKED")],  # the key id is for the audit log, never the caller
+    ),
+    Case(
+        PermissionDenied(
+            "USER_NOT_GRANTED", "this key may not act for that user", {"role": "agent"}
+        ),
+        grpc.StatusCode.PERMISSION_DENIED,
+        "this key may not act for that user",
+        [error_info("USER_NOT_GRANTED", role="agent")],
     ),
     Case(
         Unimplemented("EndSession"),
