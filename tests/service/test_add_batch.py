@@ -12,6 +12,7 @@ from conftest import RunningServer, ServerFactory
 from memoryd.stores.vectors.port import Filter, MatchValue
 from memoryd.v1 import memory_pb2 as pb
 from rpc import bad_request_fields, rpc_error, scope
+from scrape import scrape
 
 LT = pb.TIER_LONG_TERM
 
@@ -246,3 +247,21 @@ async def test_an_empty_or_oversized_batch_is_refused_whole(
     assert live_count(s, user_id) == 0
     reply = await s.stub.AddBatch(pb.AddBatchRequest(items=items[:3]))
     assert reply.succeeded_count == 3
+
+
+async def test_the_long_term_items_take_one_embedding_call_and_one_upsert(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    s = await start_server()
+    calls = "memoryd_store_call_duration_seconds_count"
+    before = await scrape(s.server.metrics_port)
+    reply = await s.stub.AddBatch(
+        pb.AddBatchRequest(items=[note(user_id, f"Distinct batch fact {i}") for i in range(6)])
+    )
+    after = await scrape(s.server.metrics_port)
+    assert reply.succeeded_count == 6
+    embeds = "memoryd_embedding_batch_size_count"
+    assert after.total(embeds) - before.total(embeds) == 1
+    texts = "memoryd_embedding_batch_size_sum"
+    assert after.total(texts) - before.total(texts) == 6
+    assert after.total(calls, operation="upsert") - before.total(calls, operation="upsert") == 1
