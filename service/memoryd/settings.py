@@ -47,6 +47,7 @@ class LimitSettings(BaseModel):
     max_top_k: int = Field(100, ge=1, description="Largest top_k a Retrieve may ask")
     default_top_k: int = Field(10, ge=1, description="top_k when a Retrieve gives none")
     max_batch_ids: int = Field(1000, ge=1, description="ids or keys in one Get/Delete")
+    max_batch_items: int = Field(256, ge=1, description="Items in one AddBatch; more is refused")
     max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="gRPC message size")
     max_import_items: int = Field(
         100_000, ge=1, description="Items in one Import stream; more is refused"

@@ -11,6 +11,7 @@ import io
 import json
 from pathlib import Path
 
+import grpc
 import pytest
 
 from conftest import RunningServer, ServerFactory
@@ -219,3 +220,36 @@ def test_the_client_checksum_is_the_documented_golden_vector() -> None:
     out = io.StringIO()
     export_format.write_jsonl([pb.ExportResponse(item=i) for i in items], out)
     assert [export_format.from_json_line(x).item for x in out.getvalue().splitlines()] == items
+
+
+async def test_add_batch_reports_each_item_sync_and_async(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    s = await start_server()
+    items: list[dict[str, object]] = [
+        {"user_id": user_id, "content": "Ana plays chess on Sundays"},
+        {"user_id": user_id, "content": "  "},
+        {"user_id": user_id, "content": "ana plays CHESS on sundays"},
+    ]
+
+    def scenario() -> None:
+        with MemoryClient(target(s)) as client:
+            batch = client.add_batch(items)  # type: ignore[arg-type]
+            first, empty, repeat = batch.results
+            assert first.ok and first.operation is Operation.ADD and first.tier is Tier.LONG_TERM
+            assert empty.error is not None and not empty.ok
+            assert empty.error.code is grpc.StatusCode.INVALID_ARGUMENT
+            assert (empty.error.field, empty.error.reason) == ("content", "INVALID_ARGUMENT")
+            assert repeat.operation is Operation.DEDUPLICATED
+            assert repeat.memory_id == first.memory_id
+            assert (batch.succeeded_count, batch.failed_count) == (2, 1)
+
+    await asyncio.to_thread(scenario)
+    async with AsyncMemoryClient(target(s)) as client:
+        batch = await client.add_batch(
+            [{"user_id": user_id, "content": f"Async fact {i}", "kind": "fact"} for i in range(3)]
+        )
+        assert [r.index for r in batch.results] == [0, 1, 2]
+        assert all(r.ok and r.operation is Operation.ADD for r in batch.results)
+        with pytest.raises(InvalidArgument):
+            await client.add_batch([])

@@ -122,6 +122,10 @@ def add(a: AddArgs) -> pb.AddRequest:
     return request
 
 
+def add_batch(items: Iterable[AddArgs]) -> pb.AddBatchRequest:
+    return pb.AddBatchRequest(items=[add(a) for a in items])
+
+
 def retrieve(a: RetrieveArgs) -> pb.RetrieveRequest:
     request = pb.RetrieveRequest(
         scope=scope(a),

@@ -23,6 +23,7 @@ from memoryd_client._streams import ExportChecker, ItemLike, import_requests
 from memoryd_client.client import DEFAULT, Timeout
 from memoryd_client.errors import from_rpc_error
 from memoryd_client.results import (
+    AddBatchResult,
     AddResult,
     DeleteResult,
     EndSessionResult,
@@ -190,6 +191,21 @@ class AsyncMemoryClient:
         """Store one memory (tier default long_term)."""
         request = _requests.add(args)
         return AddResult.of(await self._unary(self.stub.Add, request, timeout, request_id))
+
+    async def add_batch(
+        self,
+        items: Iterable[_requests.AddArgs],
+        *,
+        timeout: Timeout = DEFAULT,
+        request_id: str | None = None,
+    ) -> AddBatchResult:
+        """Store several memories in one call (at most the server's limits.max_batch_items,
+        256 by default): each item takes add()'s arguments and gets its own result or
+        error, in order; an invalid item fails alone."""
+        request = _requests.add_batch(items)
+        return AddBatchResult.of(
+            await self._unary(self.stub.AddBatch, request, timeout, request_id)
+        )
 
     async def retrieve(
         self,

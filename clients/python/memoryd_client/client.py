@@ -24,6 +24,7 @@ from memoryd_client._channel import (
 from memoryd_client._streams import ExportChecker, ItemLike, import_requests
 from memoryd_client.errors import from_rpc_error
 from memoryd_client.results import (
+    AddBatchResult,
     AddResult,
     DeleteResult,
     EndSessionResult,
@@ -195,6 +196,19 @@ class MemoryClient:
     ) -> AddResult:
         """Store one memory (tier default long_term)."""
         return AddResult.of(self._unary(self.stub.Add, _requests.add(args), timeout, request_id))
+
+    def add_batch(
+        self,
+        items: Iterable[_requests.AddArgs],
+        *,
+        timeout: Timeout = DEFAULT,
+        request_id: str | None = None,
+    ) -> AddBatchResult:
+        """Store several memories in one call (at most the server's limits.max_batch_items,
+        256 by default): each item takes add()'s arguments and gets its own result or
+        error, in order; an invalid item fails alone."""
+        request = _requests.add_batch(items)
+        return AddBatchResult.of(self._unary(self.stub.AddBatch, request, timeout, request_id))
 
     def retrieve(
         self,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from memoryd_client._enums import Kind, Operation, Role, Source, Tier, of_number
@@ -157,6 +158,71 @@ class AddResult:
             m.latency_ms,
             m.quota_remaining,
             list(m.evicted_keys),
+            m,
+        )
+
+
+@dataclass(frozen=True)
+class ItemError:
+    """Why one item of a batch was not stored: what a single add of it would have raised."""
+
+    code: grpc.StatusCode
+    message: str
+    field: str  # the first bad field, relative to the item ("" when none)
+    reason: str  # the ErrorInfo.reason, e.g. "QUOTA_EXCEEDED"
+
+    @classmethod
+    def of(cls, m: pb.ItemError) -> ItemError:
+        code = next((c for c in grpc.StatusCode if c.value[0] == m.code), grpc.StatusCode.UNKNOWN)
+        return cls(code, m.message, m.field, m.reason)
+
+
+@dataclass(frozen=True)
+class BatchItemResult:
+    """One item of an add_batch: its index in the request, and its result or its error."""
+
+    index: int
+    memory_id: str
+    operation: Operation
+    tier: Tier
+    quota_remaining: int
+    evicted_keys: list[str]
+    error: ItemError | None
+    proto: pb.AddBatchResult = _HIDDEN
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @classmethod
+    def of(cls, m: pb.AddBatchResult) -> BatchItemResult:
+        return cls(
+            m.index,
+            m.memory_id,
+            of_number(Operation, m.operation),
+            of_number(Tier, m.tier),
+            m.quota_remaining,
+            list(m.evicted_keys),
+            ItemError.of(m.error) if m.HasField("error") else None,
+            m,
+        )
+
+
+@dataclass(frozen=True)
+class AddBatchResult:
+    results: list[BatchItemResult]  # one per item, in request order
+    succeeded_count: int
+    failed_count: int
+    latency_ms: float
+    proto: pb.AddBatchResponse = _HIDDEN
+
+    @classmethod
+    def of(cls, m: pb.AddBatchResponse) -> AddBatchResult:
+        return cls(
+            [BatchItemResult.of(r) for r in m.results],
+            m.succeeded_count,
+            m.failed_count,
+            m.latency_ms,
             m,
         )
 

@@ -8,7 +8,13 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 
-from memoryd.core.errors import FieldViolation, InvalidArgument, QuotaExceeded, Unimplemented
+from memoryd.core.errors import (
+    FieldViolation,
+    InvalidArgument,
+    MemorydError,
+    QuotaExceeded,
+    Unimplemented,
+)
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.erasure import Erasure
 from memoryd.core.lifecycle.usage import usage_report
@@ -37,7 +43,7 @@ from memoryd.core.retrieval.render_context import RenderedContext, render_memory
 from memoryd.core.retrieval.token_budget import TokenCounter, fit_to_budget
 from memoryd.core.sessions.sessions import Sessions
 from memoryd.core.text import utf8_len
-from memoryd.core.tiers.base import TierHandler
+from memoryd.core.tiers.base import BatchAdder, TierHandler
 from memoryd.core.tiers.registry import TIERS, spec
 from memoryd.core.validation import (
     Violations,
@@ -102,7 +108,7 @@ class MemoryEngine:
         if needs and not getattr(scope, needs):
             v.add(f"scope.{needs}", f"is required for the {spec(tier).title.split()[0]} tier")
 
-    async def add(self, cmd: AddCommand) -> AddResult:
+    def _check_add(self, cmd: AddCommand) -> TierHandler:
         v = Violations()
         check_scope(v, cmd.scope, self._limits)
         if not spec(cmd.tier).body_fields:
@@ -114,6 +120,10 @@ class MemoryEngine:
         handler = self._tier(cmd.tier)
         handler.check_add(cmd, v)
         v.raise_if_any()
+        return handler
+
+    async def add(self, cmd: AddCommand) -> AddResult:
+        handler = self._check_add(cmd)
         # An explicit remember/forget in a user message takes effect before it is stored.
         command = await self._sessions.on_add(cmd) if self._sessions is not None else None
         try:
@@ -125,6 +135,46 @@ class MemoryEngine:
             self._observer.deleted(cmd.tier, "evicted", len(result.evicted_keys))
         result.command = command
         return result
+
+    async def add_batch(
+        self, items: Sequence[AddCommand | MemorydError]
+    ) -> list[AddResult | MemorydError]:
+        """Each item as one Add would be, with its own result or error (an item that could
+        not even be read arrives as its error). Items of a tier that adds in batches (see
+        BatchAdder) are added together, one embedding batch and one store write per tier,
+        their quota checked for all of a user's items at once; the others one by one, in
+        request order, before them."""
+        if not 1 <= len(items) <= self._limits.max_batch_items:
+            raise InvalidArgument.of(
+                "items", f"must hold 1 to {self._limits.max_batch_items:,} items"
+            )
+        outcomes: list[AddResult | MemorydError | None] = [None] * len(items)
+        batched: dict[Tier, list[int]] = {}
+        for i, item in enumerate(items):
+            if isinstance(item, MemorydError):
+                outcomes[i] = item
+                continue
+            try:
+                handler = self._check_add(item)
+                if isinstance(handler, BatchAdder):
+                    batched.setdefault(item.tier, []).append(i)
+                else:
+                    outcomes[i] = await self.add(item)
+            except MemorydError as exc:
+                outcomes[i] = exc
+        for tier, indices in batched.items():
+            adder = self._tier(tier)
+            assert isinstance(adder, BatchAdder)
+            cmds = [items[i] for i in indices]
+            try:
+                done = await adder.add_many([c for c in cmds if isinstance(c, AddCommand)])
+            except MemorydError as exc:
+                done = [exc] * len(indices)
+            if any(isinstance(o, QuotaExceeded) for o in done):
+                self._observer.quota_alert(tier, "exceeded")
+            for i, outcome in zip(indices, done, strict=True):
+                outcomes[i] = outcome
+        return [o for o in outcomes if o is not None]
 
     async def end_session(self, cmd: EndSessionCommand) -> EndSessionResult:
         v = Violations()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from enum import Enum
 from typing import Any, TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from memoryd.core.errors import InvalidArgument
+from memoryd.core.errors import InvalidArgument, MemorydError
 from memoryd.core.models import (
     AddCommand,
     AddResult,
@@ -42,6 +42,7 @@ from memoryd.core.models import (
     UsageReport,
 )
 from memoryd.core.retrieval.render_context import RenderedContext
+from memoryd.transport import status_map
 from memoryd.v1 import memory_pb2 as pb
 
 E = TypeVar("E", bound=Enum)
@@ -161,6 +162,36 @@ def add_response(result: AddResult, latency_ms: float) -> pb.AddResponse:
     )
     if result.command is not None:
         response.command.CopyFrom(command_outcome(result.command))
+    return response
+
+
+def item_error(exc: MemorydError) -> pb.ItemError:
+    """What a single Add of the item would have failed with, as one batch result's error."""
+    row = status_map.row_of(exc)
+    field = exc.violations[0].field if isinstance(exc, InvalidArgument) and exc.violations else ""
+    return pb.ItemError(code=row.code.value[0], message=str(exc), field=field, reason=row.reason)
+
+
+def add_batch_response(
+    outcomes: Sequence[AddResult | MemorydError], latency_ms: float
+) -> pb.AddBatchResponse:
+    response = pb.AddBatchResponse(latency_ms=latency_ms)
+    for index, outcome in enumerate(outcomes):
+        if isinstance(outcome, MemorydError):
+            response.results.add(index=index, error=item_error(outcome))
+            response.failed_count += 1
+            continue
+        single = add_response(outcome, 0.0)
+        response.results.add(
+            index=index,
+            memory_id=single.memory_id,
+            operation=single.operation,
+            tier=single.tier,
+            quota_remaining=single.quota_remaining,
+            evicted_keys=single.evicted_keys,
+            command=single.command if single.HasField("command") else None,
+        )
+        response.succeeded_count += 1
     return response
 
 

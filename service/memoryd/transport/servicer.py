@@ -12,7 +12,8 @@ from typing import Any
 import grpc
 
 from memoryd.core.engine import MemoryEngine
-from memoryd.core.errors import InvalidArgument
+from memoryd.core.errors import InvalidArgument, MemorydError
+from memoryd.core.models import AddCommand
 from memoryd.transport import convert, export_stream
 from memoryd.transport.interceptors import CallContext
 from memoryd.v1 import memory_pb2 as pb
@@ -30,6 +31,18 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         started = time.perf_counter()
         result = await self._engine.add(convert.add_command(request, self._calls.principal()))
         return convert.add_response(result, (time.perf_counter() - started) * 1000)
+
+    async def AddBatch(self, request: pb.AddBatchRequest, context: Context) -> pb.AddBatchResponse:
+        started = time.perf_counter()
+        principal = self._calls.principal()
+        items: list[AddCommand | MemorydError] = []
+        for item in request.items:
+            try:
+                items.append(convert.add_command(item, principal))
+            except MemorydError as exc:  # this item alone is unreadable
+                items.append(exc)
+        outcomes = await self._engine.add_batch(items)
+        return convert.add_batch_response(outcomes, (time.perf_counter() - started) * 1000)
 
     async def Retrieve(self, request: pb.RetrieveRequest, context: Context) -> pb.RetrieveResponse:
         query = convert.retrieve_query(request, self._calls.principal())

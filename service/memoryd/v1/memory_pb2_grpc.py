@@ -43,6 +43,11 @@ class MemoryServiceStub:
                 request_serializer=memoryd_dot_v1_dot_memory__pb2.AddRequest.SerializeToString,
                 response_deserializer=memoryd_dot_v1_dot_memory__pb2.AddResponse.FromString,
                 _registered_method=True)
+        self.AddBatch = channel.unary_unary(
+                '/memoryd.v1.MemoryService/AddBatch',
+                request_serializer=memoryd_dot_v1_dot_memory__pb2.AddBatchRequest.SerializeToString,
+                response_deserializer=memoryd_dot_v1_dot_memory__pb2.AddBatchResponse.FromString,
+                _registered_method=True)
         self.Retrieve = channel.unary_unary(
                 '/memoryd.v1.MemoryService/Retrieve',
                 request_serializer=memoryd_dot_v1_dot_memory__pb2.RetrieveRequest.SerializeToString,
@@ -99,6 +104,15 @@ class MemoryServiceServicer:
 
     def Add(self, request, context):
         """Store one memory in a tier.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddBatch(self, request, context):
+        """Store up to limits.max_batch_items memories (default 256) in one call: each item as one
+        Add would, with its own result or error; the long-term items share one embedding batch
+        and one store write, and their quota is checked for the whole batch at once.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -175,6 +189,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.Add,
                     request_deserializer=memoryd_dot_v1_dot_memory__pb2.AddRequest.FromString,
                     response_serializer=memoryd_dot_v1_dot_memory__pb2.AddResponse.SerializeToString,
+            ),
+            'AddBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddBatch,
+                    request_deserializer=memoryd_dot_v1_dot_memory__pb2.AddBatchRequest.FromString,
+                    response_serializer=memoryd_dot_v1_dot_memory__pb2.AddBatchResponse.SerializeToString,
             ),
             'Retrieve': grpc.unary_unary_rpc_method_handler(
                     servicer.Retrieve,
@@ -253,6 +272,33 @@ class MemoryService:
             '/memoryd.v1.MemoryService/Add',
             memoryd_dot_v1_dot_memory__pb2.AddRequest.SerializeToString,
             memoryd_dot_v1_dot_memory__pb2.AddResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memoryd.v1.MemoryService/AddBatch',
+            memoryd_dot_v1_dot_memory__pb2.AddBatchRequest.SerializeToString,
+            memoryd_dot_v1_dot_memory__pb2.AddBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -725,6 +725,144 @@ class AddResponse(_message.Message):
 Global___AddResponse: _TypeAlias = AddResponse  # noqa: Y015
 
 @_typing.final
+class AddBatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___AddRequest]:
+        """1..limits.max_batch_items (default 256) items, each a whole AddRequest with its own
+        scope and tier. An invalid item fails alone; the others are still stored.
+        """
+
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___AddRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddBatchRequest: _TypeAlias = AddBatchRequest  # noqa: Y015
+
+@_typing.final
+class ItemError(_message.Message):
+    """Why one item of a batch was not stored: what a single Add of it would have failed with."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    FIELD_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    code: _builtins.int
+    """A google.rpc.Code value: 3 INVALID_ARGUMENT, 8 RESOURCE_EXHAUSTED, 14 UNAVAILABLE, ..."""
+    message: _builtins.str
+    field: _builtins.str
+    """The first bad field, relative to the item (e.g. "content", "scope.user_id"), if any."""
+    reason: _builtins.str
+    """The google.rpc.ErrorInfo.reason a single Add would carry (e.g. "QUOTA_EXCEEDED")."""
+    def __init__(
+        self,
+        *,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+        field: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "field", b"field", "message", b"message", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ItemError: _TypeAlias = ItemError  # noqa: Y015
+
+@_typing.final
+class AddBatchResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    TIER_FIELD_NUMBER: _builtins.int
+    QUOTA_REMAINING_FIELD_NUMBER: _builtins.int
+    EVICTED_KEYS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    COMMAND_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """The item's position in AddBatchRequest.items; results come in that order."""
+    memory_id: _builtins.str
+    """Set when the item was stored (or found already stored); empty on error."""
+    operation: Global___Operation.ValueType
+    tier: Global___Tier.ValueType
+    quota_remaining: _builtins.int
+    @_builtins.property
+    def evicted_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def error(self) -> Global___ItemError:
+        """Set when the item was not stored."""
+
+    @_builtins.property
+    def command(self) -> Global___CommandOutcome:
+        """Short-term tier: set when the user message was an explicit remember/forget command."""
+
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        memory_id: _builtins.str = ...,
+        operation: Global___Operation.ValueType = ...,
+        tier: Global___Tier.ValueType = ...,
+        quota_remaining: _builtins.int = ...,
+        evicted_keys: _abc.Iterable[_builtins.str] | None = ...,
+        error: Global___ItemError | None = ...,
+        command: Global___CommandOutcome | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["command", b"command", "error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["command", b"command", "error", b"error", "evicted_keys", b"evicted_keys", "index", b"index", "memory_id", b"memory_id", "operation", b"operation", "quota_remaining", b"quota_remaining", "tier", b"tier"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddBatchResult: _TypeAlias = AddBatchResult  # noqa: Y015
+
+@_typing.final
+class AddBatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    SUCCEEDED_COUNT_FIELD_NUMBER: _builtins.int
+    FAILED_COUNT_FIELD_NUMBER: _builtins.int
+    LATENCY_MS_FIELD_NUMBER: _builtins.int
+    succeeded_count: _builtins.int
+    """Items stored (added, deduplicated or updated) and items refused."""
+    failed_count: _builtins.int
+    latency_ms: _builtins.float
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AddBatchResult]:
+        """One per item, in request order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___AddBatchResult] | None = ...,
+        succeeded_count: _builtins.int = ...,
+        failed_count: _builtins.int = ...,
+        latency_ms: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failed_count", b"failed_count", "latency_ms", b"latency_ms", "results", b"results", "succeeded_count", b"succeeded_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddBatchResponse: _TypeAlias = AddBatchResponse  # noqa: Y015
+
+@_typing.final
 class RetrieveRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

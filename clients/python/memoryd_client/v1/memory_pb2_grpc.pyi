@@ -39,6 +39,11 @@ class MemoryServiceStub:
     def __new__(cls, channel: _aio.Channel) -> MemoryServiceAsyncStub: ...
     Add: _grpc.UnaryUnaryMultiCallable[_memory_pb2.AddRequest, _memory_pb2.AddResponse]
     """Store one memory in a tier."""
+    AddBatch: _grpc.UnaryUnaryMultiCallable[_memory_pb2.AddBatchRequest, _memory_pb2.AddBatchResponse]
+    """Store up to limits.max_batch_items memories (default 256) in one call: each item as one
+    Add would, with its own result or error; the long-term items share one embedding batch
+    and one store write, and their quota is checked for the whole batch at once.
+    """
     Retrieve: _grpc.UnaryUnaryMultiCallable[_memory_pb2.RetrieveRequest, _memory_pb2.RetrieveResponse]
     """Retrieve relevant memories from one or more tiers."""
     Get: _grpc.UnaryUnaryMultiCallable[_memory_pb2.GetRequest, _memory_pb2.GetResponse]
@@ -71,6 +76,11 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Add: _aio.UnaryUnaryMultiCallable[_memory_pb2.AddRequest, _memory_pb2.AddResponse]  # type: ignore[assignment]
     """Store one memory in a tier."""
+    AddBatch: _aio.UnaryUnaryMultiCallable[_memory_pb2.AddBatchRequest, _memory_pb2.AddBatchResponse]  # type: ignore[assignment]
+    """Store up to limits.max_batch_items memories (default 256) in one call: each item as one
+    Add would, with its own result or error; the long-term items share one embedding batch
+    and one store write, and their quota is checked for the whole batch at once.
+    """
     Retrieve: _aio.UnaryUnaryMultiCallable[_memory_pb2.RetrieveRequest, _memory_pb2.RetrieveResponse]  # type: ignore[assignment]
     """Retrieve relevant memories from one or more tiers."""
     Get: _aio.UnaryUnaryMultiCallable[_memory_pb2.GetRequest, _memory_pb2.GetResponse]  # type: ignore[assignment]
@@ -106,6 +116,17 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_memory_pb2.AddResponse, _abc.Awaitable[_memory_pb2.AddResponse]]:
         """Store one memory in a tier."""
+
+    @_abc_1.abstractmethod
+    def AddBatch(
+        self,
+        request: _memory_pb2.AddBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.AddBatchResponse, _abc.Awaitable[_memory_pb2.AddBatchResponse]]:
+        """Store up to limits.max_batch_items memories (default 256) in one call: each item as one
+        Add would, with its own result or error; the long-term items share one embedding batch
+        and one store write, and their quota is checked for the whole batch at once.
+        """
 
     @_abc_1.abstractmethod
     def Retrieve(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from memoryd.core.errors import FieldViolation
+from memoryd.core.errors import FieldViolation, MemorydError
 from memoryd.core.models import (
     AddCommand,
     AddResult,
@@ -70,3 +70,12 @@ class TierHandler(Protocol):
         ...
 
     async def usage(self, scope: Scope) -> TierUsage: ...
+
+
+@runtime_checkable
+class BatchAdder(Protocol):
+    """A tier that adds several memories at once (one embedding batch, one store write)."""
+
+    async def add_many(self, cmds: Sequence[AddCommand]) -> list[AddResult | MemorydError]:
+        """One outcome per command, in order: its result, or the error one Add would raise."""
+        ...

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from memoryd.core.errors import FieldViolation
+from memoryd.core.errors import FieldViolation, MemorydError, QuotaExceeded
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.quotas import QuotaProfiles, quota_full, quota_percent
 from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
-from memoryd.core.memory.vector_memory import NewPoint, VectorMemory, check_vector_restore
+from memoryd.core.memory.vector_memory import (
+    PAGE_SIZE,
+    NewPoint,
+    VectorMemory,
+    check_vector_restore,
+)
 from memoryd.core.models import (
     AddCommand,
     AddResult,
@@ -26,7 +31,7 @@ from memoryd.core.models import (
 from memoryd.core.tiers.archiving import ArchivingVectorTier
 from memoryd.core.validation import Violations
 from memoryd.settings import LongTermSettings, QuotaSettings
-from memoryd.stores.vectors.port import MatchValue
+from memoryd.stores.vectors.port import Filter, MatchAny
 
 
 class LongTermTier(ArchivingVectorTier):
@@ -65,52 +70,129 @@ class LongTermTier(ArchivingVectorTier):
         return NewPoint(record=record, payload=payload, embed_text=embed_text_of(payload))
 
     async def add(self, cmd: AddCommand) -> AddResult:
-        scope = cmd.scope
-        digest = content_hash(scope, Tier.LONG_TERM, "", cmd.content)
+        [outcome] = await self.add_many([cmd])
+        if isinstance(outcome, MemorydError):
+            raise outcome
+        return outcome
+
+    async def add_many(self, cmds: Sequence[AddCommand]) -> list[AddResult | MemorydError]:
+        """Add each memory as one Add would, in order, with one embedding batch and one
+        store write: a memory refused (quota) gets its error and the others go on. Each
+        user's quota is checked for all of its memories at once, under its lock."""
+        outcomes: list[AddResult | MemorydError | None] = [None] * len(cmds)
+        users: dict[tuple[str, str], list[int]] = {}
+        for i, cmd in enumerate(cmds):
+            users.setdefault((cmd.scope.tenant, cmd.scope.user_id), []).append(i)
+        for user, indices in users.items():
+            async with self._locks(user):
+                done = await self._add_for_user([cmds[i] for i in indices])
+            for i, outcome in zip(indices, done, strict=True):
+                outcomes[i] = outcome
+        return [o for o in outcomes if o is not None]
+
+    async def _add_for_user(self, cmds: Sequence[AddCommand]) -> list[AddResult | MemorydError]:
+        """`cmds` all belong to one user, whose lock is held."""
+        scope = cmds[0].scope
         live = self._memory.scope_filter(scope, Tier.LONG_TERM)
         profile = self._quotas.profile_for(scope)
         limit = profile.limits.long_term_max_memories
         max_bytes = profile.limits.long_term_max_bytes
-        new_bytes = len(cmd.content.encode())
-        async with self._locks((scope.tenant, scope.user_id)):
-            if cmd.kind is not Kind.MESSAGE:
-                same = await self._memory.first(live.and_(MatchValue("content_hash", digest)))
-                if same is not None:
-                    count = await self._memory.call(self._memory.store.count, live)
-                    return AddResult(
-                        same.id, Operation.DEDUPLICATED, Tier.LONG_TERM, max(0, limit - count)
-                    )
-            count, operation = await self._make_room(
-                live,
-                await self._memory.call(self._memory.store.count, live),
-                limit,
-                cmd.auto_prune,
-                lambda: quota_full(
-                    f"long_term:{scope.user_id}",
-                    "long_term.max_memories",
-                    limit,
-                    f"long-term memory is full (max: {limit:,} memories, quota profile "
-                    f"{profile.name!r}); delete old memories or upgrade your plan",
-                ),
-            )
-            size = await self._memory.bytes_used(
-                live, count, max_bytes - new_bytes, self._max_content_bytes
-            )
-            if size + new_bytes > max_bytes:
-                # Auto-prune frees room by count only; a byte overflow is always refused.
-                raise quota_full(
-                    f"long_term:{scope.user_id}",
-                    "long_term.max_bytes",
-                    max_bytes,
-                    f"long-term memory would exceed its size quota with this {new_bytes:,}-byte "
-                    f"memory ({size:,} bytes used, max: {max_bytes:,} bytes, quota profile "
-                    f"{profile.name!r}); delete old memories or upgrade your plan",
+        digests = [content_hash(c.scope, Tier.LONG_TERM, "", c.content) for c in cmds]
+        deduped = {d for c, d in zip(cmds, digests, strict=True) if c.kind is not Kind.MESSAGE}
+        stored = await self._stored_ids(live, deduped)
+        sizes = [len(c.content.encode()) for c in cmds]
+        # Bytes of this and every later memory (an upper bound): room the stored ones
+        # must leave for the whole batch to fit without reading their sizes.
+        to_come = sum(sizes)
+        count = await self._memory.call(self._memory.store.count, live)
+        used: int | None = None  # stored content bytes, read when first needed
+        added_bytes = 0
+        first_of: dict[str, str] = {}  # digest -> id of a memory this batch adds
+        points: list[NewPoint] = []
+        outcomes: list[AddResult | MemorydError] = []
+        for cmd, digest, new_bytes in zip(cmds, digests, sizes, strict=True):
+            same = stored.get(digest) or first_of.get(digest)
+            if cmd.kind is not Kind.MESSAGE and same is not None:
+                to_come -= new_bytes
+                outcomes.append(
+                    AddResult(same, Operation.DEDUPLICATED, Tier.LONG_TERM, max(0, limit - count))
                 )
-            now = self._clock()
+                continue
+            try:
+                if count >= limit and cmd.auto_prune and points:
+                    # Auto-prune drops the oldest stored memories: this batch's earlier
+                    # ones are written first, as a run of single Adds would have.
+                    await self._memory.insert(points)
+                    points, added_bytes, used = [], 0, None
+                before = count
+                count, operation = await self._make_room(
+                    live, count, limit, cmd.auto_prune, lambda: self._count_full(scope, limit)
+                )
+                if count < before:
+                    used = None  # the stored memories changed
+                if count >= limit:  # nothing was left to drop
+                    raise self._count_full(scope, limit)
+                if used is None:
+                    used = await self._memory.bytes_used(
+                        live,
+                        count - len(points),
+                        max_bytes - added_bytes - to_come,
+                        self._max_content_bytes,
+                    )
+                if used + added_bytes + new_bytes > max_bytes:
+                    # Auto-prune frees room by count only; a byte overflow is always refused.
+                    raise self._bytes_full(scope, new_bytes, used + added_bytes, max_bytes)
+            except QuotaExceeded as exc:
+                outcomes.append(exc)
+                to_come -= new_bytes
+                continue
+            to_come -= new_bytes
+            added_bytes += new_bytes
             kind = Kind.NOTE if cmd.kind is Kind.UNSPECIFIED else cmd.kind
-            record = cmd.new_record(cmd.content, kind, now, cmd.expires_at)
-            await self._memory.insert([self._new_point(record, scope)])
-        return AddResult(record.id, operation, Tier.LONG_TERM, max(0, limit - count - 1))
+            record = cmd.new_record(cmd.content, kind, self._clock(), cmd.expires_at)
+            points.append(self._new_point(record, cmd.scope))
+            first_of.setdefault(digest, record.id)
+            count += 1
+            outcomes.append(AddResult(record.id, operation, Tier.LONG_TERM, max(0, limit - count)))
+        await self._memory.insert(points)
+        return outcomes
+
+    async def _stored_ids(self, live: Filter, digests: set[str]) -> dict[str, str]:
+        """The id of a stored memory for each content hash the user already has."""
+        found: dict[str, str] = {}
+        if not digests:
+            return found
+        flt = live.and_(MatchAny("content_hash", sorted(digests)))
+        offset: str | None = None
+        while True:
+            points, offset = await self._memory.call(
+                self._memory.store.scroll, flt, limit=PAGE_SIZE, offset=offset
+            )
+            for point in points:
+                found.setdefault(str(point.payload["content_hash"]), point.id)
+            if offset is None:
+                return found
+
+    def _count_full(self, scope: Scope, limit: int) -> QuotaExceeded:
+        profile = self._quotas.profile_for(scope)
+        return quota_full(
+            f"long_term:{scope.user_id}",
+            "long_term.max_memories",
+            limit,
+            f"long-term memory is full (max: {limit:,} memories, quota profile "
+            f"{profile.name!r}); delete old memories or upgrade your plan",
+        )
+
+    def _bytes_full(self, scope: Scope, new_bytes: int, size: int, max_bytes: int) -> QuotaExceeded:
+        profile = self._quotas.profile_for(scope)
+        return quota_full(
+            f"long_term:{scope.user_id}",
+            "long_term.max_bytes",
+            max_bytes,
+            f"long-term memory would exceed its size quota with this {new_bytes:,}-byte "
+            f"memory ({size:,} bytes used, max: {max_bytes:,} bytes, quota profile "
+            f"{profile.name!r}); delete old memories or upgrade your plan",
+        )
 
     async def add_messages(self, items: Sequence[tuple[Scope, MemoryRecord]]) -> None:
         """The durable copies of conversation messages; ids are the messages' own, so a
