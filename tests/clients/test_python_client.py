@@ -16,6 +16,8 @@ import pytest
 
 from conftest import RunningServer, ServerFactory
 from memoryd.cli.client_commands import add_client_commands, run_client_command
+from memoryd.transport import export_stream
+from memoryd.v1 import memory_pb2 as server_pb
 from memoryd_client import (
     AsyncMemoryClient,
     Episode,
@@ -204,22 +206,54 @@ async def test_export_files_move_between_the_client_and_the_memoryd_cli(
     await asyncio.to_thread(scenario)
 
 
-def test_the_client_checksum_is_the_documented_golden_vector() -> None:
+def _documented_golden_vector() -> tuple[list[str], list[bytes]]:
+    """The golden vector of docs/reference/export-format.md: its export lines (items) and
+    the canonical forms it states for them."""
     doc = (Path(__file__).resolve().parents[2] / "docs/reference/export-format.md").read_text()
     lines = [line for line in doc.splitlines() if line.startswith('{"item":')]
+    text_block = doc.split("```text\n", 1)[1].split("```", 1)[0]
+    forms = [(line + "\n").encode("utf-8") for line in text_block.splitlines()]
+    return lines, forms
+
+
+def test_the_client_checksum_is_the_documented_golden_vector() -> None:
+    lines, forms = _documented_golden_vector()
     items = [export_format.from_json_line(line).item for line in lines]
-    assert len(items) == 2
-    assert (
-        export_format.canonical_item(items[0]).hex()
-        and export_format.checksum(items[:1])
-        == "b4f59768c9559e83ee58c97a6a427d832e432ffdd31de7125688f988ea907c4f"
+    assert len(items) == len(forms) == 2
+    assert [export_format.canonical_item(i) for i in items] == forms
+    assert export_format.checksum(items[:1]) == (
+        "1e050c6d7553703131186e61f7db0b0f632c92e0827f7942546e99a663bcbf51"
     )
     assert export_format.checksum(items) == (
-        "1c9a9a7164c4c876b0fe76ba0a5a31d21f88dddb95ec6f4f5cea40c42e6ed623"
+        "e72ce64de91cf9cebe8ce2f9f7f4de4dc5fb594a5ef716eeea79f1f121da8a49"
     )
     out = io.StringIO()
     export_format.write_jsonl([pb.ExportResponse(item=i) for i in items], out)
     assert [export_format.from_json_line(x).item for x in out.getvalue().splitlines()] == items
+
+
+def test_the_client_and_the_server_give_identical_canonical_bytes() -> None:
+    """The client re-implements the server's form (it cannot import the server): the same
+    bytes for the golden items, an empty item and items setting a few fields."""
+    lines, _ = _documented_golden_vector()
+    client_items = [export_format.from_json_line(line).item for line in lines]
+    client_items += [
+        pb.MemoryItem(),
+        pb.MemoryItem(id="m1", content="x", metadata={"k": ""}, importance=float("-inf")),
+        pb.MemoryItem(
+            tier=pb.TIER_EPISODIC,
+            episode=pb.Episode(steps=[pb.EpisodeStep(), pb.EpisodeStep(action="a")]),
+            history=[pb.FactVersion()],
+        ),
+    ]
+    for item in client_items:
+        server_item = server_pb.MemoryItem.FromString(item.SerializeToString())
+        assert export_format.canonical_item(item) == export_stream.canonical_item(server_item)
+    server_items = [server_pb.MemoryItem.FromString(i.SerializeToString()) for i in client_items]
+    server_sum = export_stream.Checksum()
+    for server_item in server_items:
+        server_sum.add(server_item)
+    assert export_format.checksum(client_items) == server_sum.hexdigest()
 
 
 async def test_add_batch_reports_each_item_sync_and_async(

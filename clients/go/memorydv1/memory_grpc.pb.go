@@ -19,6 +19,10 @@ const _ = grpc.SupportPackageIsVersion7
 type MemoryServiceClient interface {
 	// Store one memory in a tier.
 	Add(ctx context.Context, in *AddRequest, opts ...grpc.CallOption) (*AddResponse, error)
+	// Store up to limits.max_batch_items memories (default 256) in one call: each item as one
+	// Add would, with its own result or error; the long-term items share one embedding batch
+	// and one store write, and their quota is checked for the whole batch at once.
+	AddBatch(ctx context.Context, in *AddBatchRequest, opts ...grpc.CallOption) (*AddBatchResponse, error)
 	// Retrieve relevant memories from one or more tiers.
 	Retrieve(ctx context.Context, in *RetrieveRequest, opts ...grpc.CallOption) (*RetrieveResponse, error)
 	// Fetch memories by id (or by key for working and persona, by name for entities).
@@ -51,6 +55,15 @@ func NewMemoryServiceClient(cc grpc.ClientConnInterface) MemoryServiceClient {
 func (c *memoryServiceClient) Add(ctx context.Context, in *AddRequest, opts ...grpc.CallOption) (*AddResponse, error) {
 	out := new(AddResponse)
 	err := c.cc.Invoke(ctx, "/memoryd.v1.MemoryService/Add", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) AddBatch(ctx context.Context, in *AddBatchRequest, opts ...grpc.CallOption) (*AddBatchResponse, error) {
+	out := new(AddBatchResponse)
+	err := c.cc.Invoke(ctx, "/memoryd.v1.MemoryService/AddBatch", in, out, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +205,10 @@ func (c *memoryServiceClient) EndSession(ctx context.Context, in *EndSessionRequ
 type MemoryServiceServer interface {
 	// Store one memory in a tier.
 	Add(context.Context, *AddRequest) (*AddResponse, error)
+	// Store up to limits.max_batch_items memories (default 256) in one call: each item as one
+	// Add would, with its own result or error; the long-term items share one embedding batch
+	// and one store write, and their quota is checked for the whole batch at once.
+	AddBatch(context.Context, *AddBatchRequest) (*AddBatchResponse, error)
 	// Retrieve relevant memories from one or more tiers.
 	Retrieve(context.Context, *RetrieveRequest) (*RetrieveResponse, error)
 	// Fetch memories by id (or by key for working and persona, by name for entities).
@@ -220,6 +237,9 @@ type UnimplementedMemoryServiceServer struct {
 
 func (UnimplementedMemoryServiceServer) Add(context.Context, *AddRequest) (*AddResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Add not implemented")
+}
+func (UnimplementedMemoryServiceServer) AddBatch(context.Context, *AddBatchRequest) (*AddBatchResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AddBatch not implemented")
 }
 func (UnimplementedMemoryServiceServer) Retrieve(context.Context, *RetrieveRequest) (*RetrieveResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Retrieve not implemented")
@@ -275,6 +295,24 @@ func _MemoryService_Add_Handler(srv interface{}, ctx context.Context, dec func(i
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MemoryServiceServer).Add(ctx, req.(*AddRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_AddBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).AddBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/memoryd.v1.MemoryService/AddBatch",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).AddBatch(ctx, req.(*AddBatchRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -459,6 +497,10 @@ var _MemoryService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Add",
 			Handler:    _MemoryService_Add_Handler,
+		},
+		{
+			MethodName: "AddBatch",
+			Handler:    _MemoryService_AddBatch_Handler,
 		},
 		{
 			MethodName: "Retrieve",

@@ -6,24 +6,33 @@ checksum verified, and a stream memoryd exported checks out here.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
 import struct
 from collections.abc import Iterable, Iterator
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeAlias
 
 import rfc8785
 from google.protobuf import json_format
-from google.protobuf.timestamp_pb2 import Timestamp
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from memoryd_client.v1 import memory_pb2 as pb
+
+if TYPE_CHECKING:
+    from google._upb._message import FieldDescriptor as _UpbFieldDescriptor
+
+    # The stubs type a generic message's fields as either class; at run time they are one.
+    _Field: TypeAlias = FieldDescriptor | _UpbFieldDescriptor
 
 __all__ = [
     "CHECKSUM_FORMAT",
     "FORMAT_VERSION",
     "Checksum",
     "canonical_item",
+    "canonical_value",
     "checksum",
     "frame",
     "from_json_line",
@@ -36,66 +45,81 @@ FORMAT_VERSION = "1"
 CHECKSUM_FORMAT = "item-jcs-v1"
 
 
-def _float32(value: float) -> str:
-    # The binary32 bits as hex: exact in every language, where decimal text is not.
-    if math.isnan(value):
-        return "7fc00000"
-    return struct.pack(">f", value if value != 0 else 0.0).hex()
-
-
-def _enum(wrapper: Any, value: int) -> str | int:
-    try:
-        return str(wrapper.Name(value))
-    except ValueError:
-        return value
-
-
-def _timestamp(item: pb.MemoryItem, name: str) -> dict[str, Any] | None:
-    if not item.HasField(name):  # type: ignore[arg-type]
-        return None
-    ts: Timestamp = getattr(item, name)
-    return {"seconds": str(ts.seconds), "nanos": ts.nanos}
-
-
-def _value(item: pb.MemoryItem) -> dict[str, Any]:
-    e, r = item.episode, item.relation
-    return {
-        "id": item.id,
-        "tier": _enum(pb.Tier, item.tier),
-        "kind": _enum(pb.Kind, item.kind),
-        "content": item.content,
-        "key": item.key,
-        "score": _float32(item.score),
-        "metadata": dict(item.metadata),
-        "importance": _float32(item.importance),
-        "created_at": _timestamp(item, "created_at"),
-        "updated_at": _timestamp(item, "updated_at"),
-        "expires_at": _timestamp(item, "expires_at"),
-        "source": _enum(pb.Source, item.source),
-        "role": _enum(pb.Role, item.role),
-        "agent_id": item.agent_id,
-        "session_id": item.session_id,
-        "task_id": item.task_id,
-        "episode": {
-            "task": e.task,
-            "steps": [{"action": s.action, "observation": s.observation} for s in e.steps],
-            "outcome": e.outcome,
-            "success": e.success,
-        }
-        if item.HasField("episode")
-        else None,
-        "relation": {"subject": r.subject, "predicate": r.predicate, "object": r.object}
-        if item.HasField("relation")
-        else None,
-        "document_json": item.document_json,
-        "archived": item.archived,
-        "deleted": item.deleted,
+# Written as decimal strings, as proto JSON writes them: exact beyond 2**53 everywhere.
+_DECIMAL_STRINGS = frozenset(
+    {
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_SFIXED64,
     }
+)
+
+
+def _bits(value: float, layout: str, nan: str) -> str:
+    # IEEE-754 bits as big-endian hex: exact in every language, unlike decimal text. One
+    # form for both zeros and for every NaN, as JSON text keeps neither distinction.
+    if math.isnan(value):
+        return nan
+    return struct.pack(layout, value if value != 0 else 0.0).hex()
+
+
+def _single(field: _Field, value: Any) -> Any:
+    """One value of `field` (a singular value, a list element or a map value)."""
+    kind = field.type
+    if kind == FieldDescriptor.TYPE_MESSAGE:
+        return canonical_value(value)
+    if kind == FieldDescriptor.TYPE_ENUM and field.enum_type is not None:
+        named = field.enum_type.values_by_number.get(value)
+        return value if named is None else named.name
+    if kind == FieldDescriptor.TYPE_FLOAT:
+        return _bits(value, ">f", "7fc00000")
+    if kind == FieldDescriptor.TYPE_DOUBLE:
+        return _bits(value, ">d", "7ff8000000000000")
+    if kind == FieldDescriptor.TYPE_BYTES:
+        return base64.b64encode(value).decode("ascii")
+    if kind in _DECIMAL_STRINGS:
+        return str(value)
+    return value  # string, bool, 32-bit integers
+
+
+def _map_key(key: str | int | bool) -> str:
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key)
+
+
+def _is_set(message: Message, field: _Field) -> bool:
+    if field.has_presence:  # a message, a proto3 `optional` scalar, a oneof member
+        return message.HasField(field.name)
+    # Otherwise set means not the default: 0, -0.0, "", b"", false, no elements.
+    return bool(getattr(message, field.name))
+
+
+def canonical_value(message: Message) -> dict[str, Any]:
+    """The JSON value `item-jcs-v1` covers, derived from the message's descriptor: its set
+    fields by proto name, recursively. A field at its default is left out, so adding a
+    field to the contract changes no digest of an item that leaves it unset."""
+    value: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        if not _is_set(message, field):
+            continue
+        held = getattr(message, field.name)
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            of = field.message_type.fields_by_name["value"]
+            value[field.name] = {_map_key(k): _single(of, v) for k, v in held.items()}
+        elif field.is_repeated:
+            value[field.name] = [_single(field, v) for v in held]
+        else:
+            value[field.name] = _single(field, held)
+    return value
 
 
 def canonical_item(item: pb.MemoryItem) -> bytes:
-    """One item's `item-jcs-v1` form: RFC 8785 JSON of every field, then a newline."""
-    return rfc8785.dumps(_value(item)) + b"\n"
+    """One item's `item-jcs-v1` form: RFC 8785 (JCS) JSON of `canonical_value`, then a
+    newline."""
+    return rfc8785.dumps(canonical_value(item)) + b"\n"
 
 
 class Checksum:

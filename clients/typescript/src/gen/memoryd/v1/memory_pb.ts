@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file memoryd/v1/memory.proto.
  */
 export const file_memoryd_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("ChdtZW1vcnlkL3YxL21lbW9yeS5wcm90bxIKbWVtb3J5ZC52MSJPCgVTY29wZRIPCgd1c2VyX2lkGAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSDwoHdGFza19pZBgEIAEoCSIyCgtFcGlzb2RlU3RlcBIOCgZhY3Rpb24YASABKAkSEwoLb2JzZXJ2YXRpb24YAiABKAkiYQoHRXBpc29kZRIMCgR0YXNrGAEgASgJEiYKBXN0ZXBzGAIgAygLMhcubWVtb3J5ZC52MS5FcGlzb2RlU3RlcBIPCgdvdXRjb21lGAMgASgJEg8KB3N1Y2Nlc3MYBCABKAgingEKCFJlbGF0aW9uEg8KB3N1YmplY3QYASABKAkSEQoJcHJlZGljYXRlGAIgASgJEg4KBm9iamVjdBgDIAEoCRIuCgp2YWxpZF9mcm9tGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgppbnZhbGlkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJzCgZFbnRpdHkSDAoEbmFtZRgBIAEoCRIMCgR0eXBlGAIgASgJEg8KB2FsaWFzZXMYAyADKAkSEwoLZGVzY3JpcHRpb24YBCABKAkSJwoJcmVsYXRpb25zGAUgAygLMhQubWVtb3J5ZC52MS5SZWxhdGlvbiJzCgtGYWN0VmVyc2lvbhIPCgdjb250ZW50GAEgASgJEiIKBnNvdXJjZRgCIAEoDjISLm1lbW9yeWQudjEuU291cmNlEi8KC3JlcGxhY2VkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKdAQoOQ29tbWFuZE91dGNvbWUSKQoGYWN0aW9uGAEgASgOMhkubWVtb3J5ZC52MS5Db21tYW5kQWN0aW9uEg8KB3N1YmplY3QYAiABKAkSJQoFZmFjdHMYAyADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0SKAoJb3BlcmF0aW9uGAQgASgOMhUubWVtb3J5ZC52MS5PcGVyYXRpb24i4wUKCk1lbW9yeUl0ZW0SCgoCaWQYASABKAkSHgoEdGllchgCIAEoDjIQLm1lbW9yeWQudjEuVGllchIeCgRraW5kGAMgASgOMhAubWVtb3J5ZC52MS5LaW5kEg8KB2NvbnRlbnQYBCABKAkSCwoDa2V5GAUgASgJEg0KBXNjb3JlGAYgASgCEjYKCG1ldGFkYXRhGAcgAygLMiQubWVtb3J5ZC52MS5NZW1vcnlJdGVtLk1ldGFkYXRhRW50cnkSEgoKaW1wb3J0YW5jZRgIIAEoAhIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIiCgZzb3VyY2UYDCABKA4yEi5tZW1vcnlkLnYxLlNvdXJjZRIeCgRyb2xlGA0gASgOMhAubWVtb3J5ZC52MS5Sb2xlEhAKCGFnZW50X2lkGA4gASgJEhIKCnNlc3Npb25faWQYDyABKAkSDwoHdGFza19pZBgQIAEoCRIkCgdlcGlzb2RlGBEgASgLMhMubWVtb3J5ZC52MS5FcGlzb2RlEiYKCHJlbGF0aW9uGBIgASgLMhQubWVtb3J5ZC52MS5SZWxhdGlvbhIVCg1kb2N1bWVudF9qc29uGBMgASgJEhAKCGFyY2hpdmVkGBQgASgIEg8KB2RlbGV0ZWQYFSABKAgSIgoGZW50aXR5GBYgASgLMhIubWVtb3J5ZC52MS5FbnRpdHkSKAoHaGlzdG9yeRgXIAMoCzIXLm1lbW9yeWQudjEuRmFjdFZlcnNpb24aLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIq4ECgpBZGRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIeCgR0aWVyGAIgASgOMhAubWVtb3J5ZC52MS5UaWVyEg8KB2NvbnRlbnQYAyABKAkSHgoEa2luZBgEIAEoDjIQLm1lbW9yeWQudjEuS2luZBILCgNrZXkYBSABKAkSNgoIbWV0YWRhdGEYBiADKAsyJC5tZW1vcnlkLnYxLkFkZFJlcXVlc3QuTWV0YWRhdGFFbnRyeRIXCgppbXBvcnRhbmNlGAcgASgCSACIAQESLgoKZXhwaXJlc19hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHgoEcm9sZRgJIAEoDjIQLm1lbW9yeWQudjEuUm9sZRIiCgZzb3VyY2UYCiABKA4yEi5tZW1vcnlkLnYxLlNvdXJjZRISCgphdXRvX3BydW5lGAsgASgIEiQKB2VwaXNvZGUYDCABKAsyEy5tZW1vcnlkLnYxLkVwaXNvZGUSJgoIcmVsYXRpb24YDSABKAsyFC5tZW1vcnlkLnYxLlJlbGF0aW9uEhUKDWRvY3VtZW50X2pzb24YDiABKAkSIgoGZW50aXR5GA8gASgLMhIubWVtb3J5ZC52MS5FbnRpdHkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQg0KC19pbXBvcnRhbmNlItoBCgtBZGRSZXNwb25zZRIRCgltZW1vcnlfaWQYASABKAkSKAoJb3BlcmF0aW9uGAIgASgOMhUubWVtb3J5ZC52MS5PcGVyYXRpb24SHgoEdGllchgDIAEoDjIQLm1lbW9yeWQudjEuVGllchISCgpsYXRlbmN5X21zGAQgASgBEhcKD3F1b3RhX3JlbWFpbmluZxgFIAEoAxIUCgxldmljdGVkX2tleXMYBiADKAkSKwoHY29tbWFuZBgHIAEoCzIaLm1lbW9yeWQudjEuQ29tbWFuZE91dGNvbWUi0AIKD1JldHJpZXZlUmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUSDQoFcXVlcnkYAiABKAkSHwoFdGllcnMYAyADKA4yEC5tZW1vcnlkLnYxLlRpZXISDQoFdG9wX2sYBCABKAUSOQoHZmlsdGVycxgFIAMoCzIoLm1lbW9yeWQudjEuUmV0cmlldmVSZXF1ZXN0LkZpbHRlcnNFbnRyeRIfCgVraW5kcxgGIAMoDjIQLm1lbW9yeWQudjEuS2luZBIWCgltaW5fc2NvcmUYByABKAJIAIgBARIZCgx0b2tlbl9idWRnZXQYCCABKAVIAYgBARouCgxGaWx0ZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIMCgpfbWluX3Njb3JlQg8KDV90b2tlbl9idWRnZXQiogEKEFJldHJpZXZlUmVzcG9uc2USJQoFaXRlbXMYASADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0SEwoLdG90YWxfY291bnQYAiABKAUSFAoMZW1iZWRkaW5nX21zGAMgASgBEhQKDHJldHJpZXZhbF9tcxgEIAEoARITCgt0b2tlbl9jb3VudBgFIAEoBRIRCgl0cnVuY2F0ZWQYBiABKAgiaQoKR2V0UmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUSHgoEdGllchgCIAEoDjIQLm1lbW9yeWQudjEuVGllchILCgNpZHMYAyADKAkSDAoEa2V5cxgEIAMoCSJFCgtHZXRSZXNwb25zZRIlCgVpdGVtcxgBIAMoCzIWLm1lbW9yeWQudjEuTWVtb3J5SXRlbRIPCgdtaXNzaW5nGAIgAygJImwKDURlbGV0ZVJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEh4KBHRpZXIYAiABKA4yEC5tZW1vcnlkLnYxLlRpZXISCwoDaWRzGAMgAygJEgwKBGtleXMYBCADKAkiJwoORGVsZXRlUmVzcG9uc2USFQoNZGVsZXRlZF9jb3VudBgBIAEoAyKhAgoMUHJ1bmVSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIfCgV0aWVycxgCIAMoDjIQLm1lbW9yeWQudjEuVGllchIrCghzdHJhdGVneRgDIAEoDjIZLm1lbW9yeWQudjEuUHJ1bmVTdHJhdGVneRIPCgdwZXJjZW50GAQgASgCEhcKD29sZGVyX3RoYW5fZGF5cxgFIAEoBRI2CgdmaWx0ZXJzGAYgAygLMiUubWVtb3J5ZC52MS5QcnVuZVJlcXVlc3QuRmlsdGVyc0VudHJ5Eg8KB2RyeV9ydW4YByABKAgaLgoMRmlsdGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiOgoJVGllckNvdW50Eh4KBHRpZXIYASABKA4yEC5tZW1vcnlkLnYxLlRpZXISDQoFY291bnQYAiABKAMieAoNUHJ1bmVSZXNwb25zZRIVCg1kZWxldGVkX2NvdW50GAEgASgDEhYKDmFyY2hpdmVkX2NvdW50GAIgASgDEg8KB2RyeV9ydW4YAyABKAgSJwoIcGVyX3RpZXIYBCADKAsyFS5tZW1vcnlkLnYxLlRpZXJDb3VudCJsCg1FeHBvcnRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIfCgV0aWVycxgCIAMoDjIQLm1lbW9yeWQudjEuVGllchIYChBpbmNsdWRlX2FyY2hpdmVkGAMgASgIIp4BCgxFeHBvcnRIZWFkZXISDwoHdXNlcl9pZBgBIAEoCRIvCgtleHBvcnRlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoGY291bnRzGAMgAygLMhUubWVtb3J5ZC52MS5UaWVyQ291bnQSDQoFdG90YWwYBCABKAMSFgoOZm9ybWF0X3ZlcnNpb24YBSABKAkiVQoNRXhwb3J0VHJhaWxlchISCgppdGVtX2NvdW50GAEgASgDEhcKD2NoZWNrc3VtX3NoYTI1NhgCIAEoCRIXCg9jaGVja3N1bV9mb3JtYXQYAyABKAkinQEKDkV4cG9ydFJlc3BvbnNlEioKBmhlYWRlchgBIAEoCzIYLm1lbW9yeWQudjEuRXhwb3J0SGVhZGVySAASJgoEaXRlbRgCIAEoCzIWLm1lbW9yeWQudjEuTWVtb3J5SXRlbUgAEiwKB3RyYWlsZXIYAyABKAsyGS5tZW1vcnlkLnYxLkV4cG9ydFRyYWlsZXJIAEIJCgdwYXlsb2FkIr4BCg1JbXBvcnRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIqCgZoZWFkZXIYAiABKAsyGC5tZW1vcnlkLnYxLkV4cG9ydEhlYWRlckgAEiYKBGl0ZW0YAyABKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW1IABIsCgd0cmFpbGVyGAQgASgLMhkubWVtb3J5ZC52MS5FeHBvcnRUcmFpbGVySABCCQoHcGF5bG9hZCJaCg5JbXBvcnRSZXNwb25zZRIWCg5pbXBvcnRlZF9jb3VudBgBIAEoAxIVCg1za2lwcGVkX2NvdW50GAIgASgDEhkKEWNoZWNrc3VtX3ZlcmlmaWVkGAMgASgIIjAKDFVzYWdlUmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUigAEKCVRpZXJVc2FnZRIeCgR0aWVyGAEgASgOMhAubWVtb3J5ZC52MS5UaWVyEg0KBWNvdW50GAIgASgDEg0KBWJ5dGVzGAMgASgDEhEKCW1heF9jb3VudBgEIAEoAxIRCgltYXhfYnl0ZXMYBSABKAMSDwoHcGVyY2VudBgGIAEoASJdCgpVc2FnZUFsZXJ0Eh4KBHRpZXIYASABKA4yEC5tZW1vcnlkLnYxLlRpZXISDQoFbGV2ZWwYAiABKAkSDwoHcGVyY2VudBgDIAEoARIPCgdtZXNzYWdlGAQgASgJIpgBCg1Vc2FnZVJlc3BvbnNlEiQKBXRpZXJzGAEgAygLMhUubWVtb3J5ZC52MS5UaWVyVXNhZ2USJgoGYWxlcnRzGAIgAygLMhYubWVtb3J5ZC52MS5Vc2FnZUFsZXJ0EiIKGmVzdGltYXRlZF9tb250aGx5X2Nvc3RfdXNkGAMgASgBEhUKDXF1b3RhX3Byb2ZpbGUYBCABKAkiyQEKFFJlbmRlckNvbnRleHRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRINCgVxdWVyeRgCIAEoCRIZCgx0b2tlbl9idWRnZXQYAyABKAVIAIgBARIfCgV0aWVycxgEIAMoDjIQLm1lbW9yeWQudjEuVGllchINCgV0b3BfaxgFIAEoBRIWCgltaW5fc2NvcmUYBiABKAJIAYgBAUIPCg1fdG9rZW5fYnVkZ2V0QgwKCl9taW5fc2NvcmUiZAoVUmVuZGVyQ29udGV4dFJlc3BvbnNlEg8KB2NvbnRleHQYASABKAkSEwoLdG9rZW5fY291bnQYAiABKAUSEQoJdHJ1bmNhdGVkGAMgASgIEhIKCml0ZW1fY291bnQYBCABKAUidwoRRW5kU2Vzc2lvblJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEhoKDWV4dHJhY3RfZmFjdHMYAiABKAhIAIgBARISCgphdXRvX3BydW5lGAMgASgIQhAKDl9leHRyYWN0X2ZhY3RzIqwCChJFbmRTZXNzaW9uUmVzcG9uc2USGgoSbWVzc2FnZXNfcHJvY2Vzc2VkGAEgASgFEhcKD2ZhY3RzX2V4dHJhY3RlZBgCIAEoBRIlCgVmYWN0cxgDIAMoCzIWLm1lbW9yeWQudjEuTWVtb3J5SXRlbRITCgthZGRlZF9jb3VudBgEIAEoBRIVCg11cGRhdGVkX2NvdW50GAUgASgFEhUKDXNraXBwZWRfY291bnQYBiABKAUSEQoJYWRkZWRfaWRzGAcgAygJEhMKC3VwZGF0ZWRfaWRzGAggAygJEhoKEmV4dHJhY3Rpb25fc2tpcHBlZBgJIAEoCBIhChlleHRyYWN0aW9uX3NraXBwZWRfcmVhc29uGAogASgJEhAKCHdhcm5pbmdzGAsgAygJKqIBCgRUaWVyEhQKEFRJRVJfVU5TUEVDSUZJRUQQABIQCgxUSUVSX1dPUktJTkcQARITCg9USUVSX1NIT1JUX1RFUk0QAhISCg5USUVSX0xPTkdfVEVSTRADEhAKDFRJRVJfUEVSU09OQRAEEhEKDVRJRVJfRVBJU09ESUMQBRIPCgtUSUVSX0VOVElUWRAGEhMKD1RJRVJfU1RSVUNUVVJFRBAHKr0BCgRLaW5kEhQKEEtJTkRfVU5TUEVDSUZJRUQQABINCglLSU5EX0ZBQ1QQARITCg9LSU5EX1BSRUZFUkVOQ0UQAhIRCg1LSU5EX0RFQ0lTSU9OEAMSDQoJS0lORF9OT1RFEAQSEAoMS0lORF9NRVNTQUdFEAUSEAoMS0lORF9FUElTT0RFEAYSDwoLS0lORF9FTlRJVFkQBxIRCg1LSU5EX1JFTEFUSU9OEAgSEQoNS0lORF9ET0NVTUVOVBAJKooBCglPcGVyYXRpb24SGQoVT1BFUkFUSU9OX1VOU1BFQ0lGSUVEEAASEQoNT1BFUkFUSU9OX0FERBABEhwKGE9QRVJBVElPTl9BRERfV0lUSF9QUlVORRACEhoKFk9QRVJBVElPTl9ERURVUExJQ0FURUQQAxIVChFPUEVSQVRJT05fVVBEQVRFRBAEKl8KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg0KCVJPTEVfVVNFUhABEhIKDlJPTEVfQVNTSVNUQU5UEAISDwoLUk9MRV9TWVNURU0QAxINCglST0xFX1RPT0wQBCpGCgZTb3VyY2USFgoSU09VUkNFX1VOU1BFQ0lGSUVEEAASEwoPU09VUkNFX0VYUExJQ0lUEAESDwoLU09VUkNFX0FVVE8QAipnCg1Db21tYW5kQWN0aW9uEh4KGkNPTU1BTkRfQUNUSU9OX1VOU1BFQ0lGSUVEEAASGwoXQ09NTUFORF9BQ1RJT05fUkVNRU1CRVIQARIZChVDT01NQU5EX0FDVElPTl9GT1JHRVQQAirLAQoNUHJ1bmVTdHJhdGVneRIeChpQUlVORV9TVFJBVEVHWV9VTlNQRUNJRklFRBAAEiEKHVBSVU5FX1NUUkFURUdZX09MREVTVF9QRVJDRU5UEAESGgoWUFJVTkVfU1RSQVRFR1lfRVhQSVJFRBACEiUKIVBSVU5FX1NUUkFURUdZX0FSQ0hJVkVfT0xERVJfVEhBThADEhwKGFBSVU5FX1NUUkFURUdZX0JZX0ZJTFRFUhAEEhYKElBSVU5FX1NUUkFURUdZX0FMTBAFMqwFCg1NZW1vcnlTZXJ2aWNlEjYKA0FkZBIWLm1lbW9yeWQudjEuQWRkUmVxdWVzdBoXLm1lbW9yeWQudjEuQWRkUmVzcG9uc2USRQoIUmV0cmlldmUSGy5tZW1vcnlkLnYxLlJldHJpZXZlUmVxdWVzdBocLm1lbW9yeWQudjEuUmV0cmlldmVSZXNwb25zZRI2CgNHZXQSFi5tZW1vcnlkLnYxLkdldFJlcXVlc3QaFy5tZW1vcnlkLnYxLkdldFJlc3BvbnNlEj8KBkRlbGV0ZRIZLm1lbW9yeWQudjEuRGVsZXRlUmVxdWVzdBoaLm1lbW9yeWQudjEuRGVsZXRlUmVzcG9uc2USPAoFUHJ1bmUSGC5tZW1vcnlkLnYxLlBydW5lUmVxdWVzdBoZLm1lbW9yeWQudjEuUHJ1bmVSZXNwb25zZRJBCgZFeHBvcnQSGS5tZW1vcnlkLnYxLkV4cG9ydFJlcXVlc3QaGi5tZW1vcnlkLnYxLkV4cG9ydFJlc3BvbnNlMAESQQoGSW1wb3J0EhkubWVtb3J5ZC52MS5JbXBvcnRSZXF1ZXN0GhoubWVtb3J5ZC52MS5JbXBvcnRSZXNwb25zZSgBEjwKBVVzYWdlEhgubWVtb3J5ZC52MS5Vc2FnZVJlcXVlc3QaGS5tZW1vcnlkLnYxLlVzYWdlUmVzcG9uc2USVAoNUmVuZGVyQ29udGV4dBIgLm1lbW9yeWQudjEuUmVuZGVyQ29udGV4dFJlcXVlc3QaIS5tZW1vcnlkLnYxLlJlbmRlckNvbnRleHRSZXNwb25zZRJLCgpFbmRTZXNzaW9uEh0ubWVtb3J5ZC52MS5FbmRTZXNzaW9uUmVxdWVzdBoeLm1lbW9yeWQudjEuRW5kU2Vzc2lvblJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("ChdtZW1vcnlkL3YxL21lbW9yeS5wcm90bxIKbWVtb3J5ZC52MSJPCgVTY29wZRIPCgd1c2VyX2lkGAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSDwoHdGFza19pZBgEIAEoCSIyCgtFcGlzb2RlU3RlcBIOCgZhY3Rpb24YASABKAkSEwoLb2JzZXJ2YXRpb24YAiABKAkiYQoHRXBpc29kZRIMCgR0YXNrGAEgASgJEiYKBXN0ZXBzGAIgAygLMhcubWVtb3J5ZC52MS5FcGlzb2RlU3RlcBIPCgdvdXRjb21lGAMgASgJEg8KB3N1Y2Nlc3MYBCABKAgingEKCFJlbGF0aW9uEg8KB3N1YmplY3QYASABKAkSEQoJcHJlZGljYXRlGAIgASgJEg4KBm9iamVjdBgDIAEoCRIuCgp2YWxpZF9mcm9tGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgppbnZhbGlkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJzCgZFbnRpdHkSDAoEbmFtZRgBIAEoCRIMCgR0eXBlGAIgASgJEg8KB2FsaWFzZXMYAyADKAkSEwoLZGVzY3JpcHRpb24YBCABKAkSJwoJcmVsYXRpb25zGAUgAygLMhQubWVtb3J5ZC52MS5SZWxhdGlvbiJzCgtGYWN0VmVyc2lvbhIPCgdjb250ZW50GAEgASgJEiIKBnNvdXJjZRgCIAEoDjISLm1lbW9yeWQudjEuU291cmNlEi8KC3JlcGxhY2VkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKdAQoOQ29tbWFuZE91dGNvbWUSKQoGYWN0aW9uGAEgASgOMhkubWVtb3J5ZC52MS5Db21tYW5kQWN0aW9uEg8KB3N1YmplY3QYAiABKAkSJQoFZmFjdHMYAyADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0SKAoJb3BlcmF0aW9uGAQgASgOMhUubWVtb3J5ZC52MS5PcGVyYXRpb24i4wUKCk1lbW9yeUl0ZW0SCgoCaWQYASABKAkSHgoEdGllchgCIAEoDjIQLm1lbW9yeWQudjEuVGllchIeCgRraW5kGAMgASgOMhAubWVtb3J5ZC52MS5LaW5kEg8KB2NvbnRlbnQYBCABKAkSCwoDa2V5GAUgASgJEg0KBXNjb3JlGAYgASgCEjYKCG1ldGFkYXRhGAcgAygLMiQubWVtb3J5ZC52MS5NZW1vcnlJdGVtLk1ldGFkYXRhRW50cnkSEgoKaW1wb3J0YW5jZRgIIAEoAhIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIiCgZzb3VyY2UYDCABKA4yEi5tZW1vcnlkLnYxLlNvdXJjZRIeCgRyb2xlGA0gASgOMhAubWVtb3J5ZC52MS5Sb2xlEhAKCGFnZW50X2lkGA4gASgJEhIKCnNlc3Npb25faWQYDyABKAkSDwoHdGFza19pZBgQIAEoCRIkCgdlcGlzb2RlGBEgASgLMhMubWVtb3J5ZC52MS5FcGlzb2RlEiYKCHJlbGF0aW9uGBIgASgLMhQubWVtb3J5ZC52MS5SZWxhdGlvbhIVCg1kb2N1bWVudF9qc29uGBMgASgJEhAKCGFyY2hpdmVkGBQgASgIEg8KB2RlbGV0ZWQYFSABKAgSIgoGZW50aXR5GBYgASgLMhIubWVtb3J5ZC52MS5FbnRpdHkSKAoHaGlzdG9yeRgXIAMoCzIXLm1lbW9yeWQudjEuRmFjdFZlcnNpb24aLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIq4ECgpBZGRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIeCgR0aWVyGAIgASgOMhAubWVtb3J5ZC52MS5UaWVyEg8KB2NvbnRlbnQYAyABKAkSHgoEa2luZBgEIAEoDjIQLm1lbW9yeWQudjEuS2luZBILCgNrZXkYBSABKAkSNgoIbWV0YWRhdGEYBiADKAsyJC5tZW1vcnlkLnYxLkFkZFJlcXVlc3QuTWV0YWRhdGFFbnRyeRIXCgppbXBvcnRhbmNlGAcgASgCSACIAQESLgoKZXhwaXJlc19hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHgoEcm9sZRgJIAEoDjIQLm1lbW9yeWQudjEuUm9sZRIiCgZzb3VyY2UYCiABKA4yEi5tZW1vcnlkLnYxLlNvdXJjZRISCgphdXRvX3BydW5lGAsgASgIEiQKB2VwaXNvZGUYDCABKAsyEy5tZW1vcnlkLnYxLkVwaXNvZGUSJgoIcmVsYXRpb24YDSABKAsyFC5tZW1vcnlkLnYxLlJlbGF0aW9uEhUKDWRvY3VtZW50X2pzb24YDiABKAkSIgoGZW50aXR5GA8gASgLMhIubWVtb3J5ZC52MS5FbnRpdHkaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQg0KC19pbXBvcnRhbmNlItoBCgtBZGRSZXNwb25zZRIRCgltZW1vcnlfaWQYASABKAkSKAoJb3BlcmF0aW9uGAIgASgOMhUubWVtb3J5ZC52MS5PcGVyYXRpb24SHgoEdGllchgDIAEoDjIQLm1lbW9yeWQudjEuVGllchISCgpsYXRlbmN5X21zGAQgASgBEhcKD3F1b3RhX3JlbWFpbmluZxgFIAEoAxIUCgxldmljdGVkX2tleXMYBiADKAkSKwoHY29tbWFuZBgHIAEoCzIaLm1lbW9yeWQudjEuQ29tbWFuZE91dGNvbWUiOAoPQWRkQmF0Y2hSZXF1ZXN0EiUKBWl0ZW1zGAEgAygLMhYubWVtb3J5ZC52MS5BZGRSZXF1ZXN0IkkKCUl0ZW1FcnJvchIMCgRjb2RlGAEgASgFEg8KB21lc3NhZ2UYAiABKAkSDQoFZmllbGQYAyABKAkSDgoGcmVhc29uGAQgASgJIv4BCg5BZGRCYXRjaFJlc3VsdBINCgVpbmRleBgBIAEoBRIRCgltZW1vcnlfaWQYAiABKAkSKAoJb3BlcmF0aW9uGAMgASgOMhUubWVtb3J5ZC52MS5PcGVyYXRpb24SHgoEdGllchgEIAEoDjIQLm1lbW9yeWQudjEuVGllchIXCg9xdW90YV9yZW1haW5pbmcYBSABKAMSFAoMZXZpY3RlZF9rZXlzGAYgAygJEiQKBWVycm9yGAcgASgLMhUubWVtb3J5ZC52MS5JdGVtRXJyb3ISKwoHY29tbWFuZBgIIAEoCzIaLm1lbW9yeWQudjEuQ29tbWFuZE91dGNvbWUiggEKEEFkZEJhdGNoUmVzcG9uc2USKwoHcmVzdWx0cxgBIAMoCzIaLm1lbW9yeWQudjEuQWRkQmF0Y2hSZXN1bHQSFwoPc3VjY2VlZGVkX2NvdW50GAIgASgFEhQKDGZhaWxlZF9jb3VudBgDIAEoBRISCgpsYXRlbmN5X21zGAQgASgBItACCg9SZXRyaWV2ZVJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEg0KBXF1ZXJ5GAIgASgJEh8KBXRpZXJzGAMgAygOMhAubWVtb3J5ZC52MS5UaWVyEg0KBXRvcF9rGAQgASgFEjkKB2ZpbHRlcnMYBSADKAsyKC5tZW1vcnlkLnYxLlJldHJpZXZlUmVxdWVzdC5GaWx0ZXJzRW50cnkSHwoFa2luZHMYBiADKA4yEC5tZW1vcnlkLnYxLktpbmQSFgoJbWluX3Njb3JlGAcgASgCSACIAQESGQoMdG9rZW5fYnVkZ2V0GAggASgFSAGIAQEaLgoMRmlsdGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDAoKX21pbl9zY29yZUIPCg1fdG9rZW5fYnVkZ2V0IrgBChBSZXRyaWV2ZVJlc3BvbnNlEiUKBWl0ZW1zGAEgAygLMhYubWVtb3J5ZC52MS5NZW1vcnlJdGVtEhMKC3RvdGFsX2NvdW50GAIgASgFEhQKDGVtYmVkZGluZ19tcxgDIAEoARIUCgxyZXRyaWV2YWxfbXMYBCABKAESEwoLdG9rZW5fY291bnQYBSABKAUSEQoJdHJ1bmNhdGVkGAYgASgIEhQKDHJhdGVfbGltaXRlZBgHIAEoCCJpCgpHZXRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIeCgR0aWVyGAIgASgOMhAubWVtb3J5ZC52MS5UaWVyEgsKA2lkcxgDIAMoCRIMCgRrZXlzGAQgAygJIkUKC0dldFJlc3BvbnNlEiUKBWl0ZW1zGAEgAygLMhYubWVtb3J5ZC52MS5NZW1vcnlJdGVtEg8KB21pc3NpbmcYAiADKAkibAoNRGVsZXRlUmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUSHgoEdGllchgCIAEoDjIQLm1lbW9yeWQudjEuVGllchILCgNpZHMYAyADKAkSDAoEa2V5cxgEIAMoCSInCg5EZWxldGVSZXNwb25zZRIVCg1kZWxldGVkX2NvdW50GAEgASgDIqECCgxQcnVuZVJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEh8KBXRpZXJzGAIgAygOMhAubWVtb3J5ZC52MS5UaWVyEisKCHN0cmF0ZWd5GAMgASgOMhkubWVtb3J5ZC52MS5QcnVuZVN0cmF0ZWd5Eg8KB3BlcmNlbnQYBCABKAISFwoPb2xkZXJfdGhhbl9kYXlzGAUgASgFEjYKB2ZpbHRlcnMYBiADKAsyJS5tZW1vcnlkLnYxLlBydW5lUmVxdWVzdC5GaWx0ZXJzRW50cnkSDwoHZHJ5X3J1bhgHIAEoCBouCgxGaWx0ZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI6CglUaWVyQ291bnQSHgoEdGllchgBIAEoDjIQLm1lbW9yeWQudjEuVGllchINCgVjb3VudBgCIAEoAyJ4Cg1QcnVuZVJlc3BvbnNlEhUKDWRlbGV0ZWRfY291bnQYASABKAMSFgoOYXJjaGl2ZWRfY291bnQYAiABKAMSDwoHZHJ5X3J1bhgDIAEoCBInCghwZXJfdGllchgEIAMoCzIVLm1lbW9yeWQudjEuVGllckNvdW50ImwKDUV4cG9ydFJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEh8KBXRpZXJzGAIgAygOMhAubWVtb3J5ZC52MS5UaWVyEhgKEGluY2x1ZGVfYXJjaGl2ZWQYAyABKAgingEKDEV4cG9ydEhlYWRlchIPCgd1c2VyX2lkGAEgASgJEi8KC2V4cG9ydGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIlCgZjb3VudHMYAyADKAsyFS5tZW1vcnlkLnYxLlRpZXJDb3VudBINCgV0b3RhbBgEIAEoAxIWCg5mb3JtYXRfdmVyc2lvbhgFIAEoCSJVCg1FeHBvcnRUcmFpbGVyEhIKCml0ZW1fY291bnQYASABKAMSFwoPY2hlY2tzdW1fc2hhMjU2GAIgASgJEhcKD2NoZWNrc3VtX2Zvcm1hdBgDIAEoCSKdAQoORXhwb3J0UmVzcG9uc2USKgoGaGVhZGVyGAEgASgLMhgubWVtb3J5ZC52MS5FeHBvcnRIZWFkZXJIABImCgRpdGVtGAIgASgLMhYubWVtb3J5ZC52MS5NZW1vcnlJdGVtSAASLAoHdHJhaWxlchgDIAEoCzIZLm1lbW9yeWQudjEuRXhwb3J0VHJhaWxlckgAQgkKB3BheWxvYWQivgEKDUltcG9ydFJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEioKBmhlYWRlchgCIAEoCzIYLm1lbW9yeWQudjEuRXhwb3J0SGVhZGVySAASJgoEaXRlbRgDIAEoCzIWLm1lbW9yeWQudjEuTWVtb3J5SXRlbUgAEiwKB3RyYWlsZXIYBCABKAsyGS5tZW1vcnlkLnYxLkV4cG9ydFRyYWlsZXJIAEIJCgdwYXlsb2FkIloKDkltcG9ydFJlc3BvbnNlEhYKDmltcG9ydGVkX2NvdW50GAEgASgDEhUKDXNraXBwZWRfY291bnQYAiABKAMSGQoRY2hlY2tzdW1fdmVyaWZpZWQYAyABKAgiMAoMVXNhZ2VSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZSKAAQoJVGllclVzYWdlEh4KBHRpZXIYASABKA4yEC5tZW1vcnlkLnYxLlRpZXISDQoFY291bnQYAiABKAMSDQoFYnl0ZXMYAyABKAMSEQoJbWF4X2NvdW50GAQgASgDEhEKCW1heF9ieXRlcxgFIAEoAxIPCgdwZXJjZW50GAYgASgBIl0KClVzYWdlQWxlcnQSHgoEdGllchgBIAEoDjIQLm1lbW9yeWQudjEuVGllchINCgVsZXZlbBgCIAEoCRIPCgdwZXJjZW50GAMgASgBEg8KB21lc3NhZ2UYBCABKAkimAEKDVVzYWdlUmVzcG9uc2USJAoFdGllcnMYASADKAsyFS5tZW1vcnlkLnYxLlRpZXJVc2FnZRImCgZhbGVydHMYAiADKAsyFi5tZW1vcnlkLnYxLlVzYWdlQWxlcnQSIgoaZXN0aW1hdGVkX21vbnRobHlfY29zdF91c2QYAyABKAESFQoNcXVvdGFfcHJvZmlsZRgEIAEoCSLJAQoUUmVuZGVyQ29udGV4dFJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEg0KBXF1ZXJ5GAIgASgJEhkKDHRva2VuX2J1ZGdldBgDIAEoBUgAiAEBEh8KBXRpZXJzGAQgAygOMhAubWVtb3J5ZC52MS5UaWVyEg0KBXRvcF9rGAUgASgFEhYKCW1pbl9zY29yZRgGIAEoAkgBiAEBQg8KDV90b2tlbl9idWRnZXRCDAoKX21pbl9zY29yZSJ6ChVSZW5kZXJDb250ZXh0UmVzcG9uc2USDwoHY29udGV4dBgBIAEoCRITCgt0b2tlbl9jb3VudBgCIAEoBRIRCgl0cnVuY2F0ZWQYAyABKAgSEgoKaXRlbV9jb3VudBgEIAEoBRIUCgxyYXRlX2xpbWl0ZWQYBSABKAgidwoRRW5kU2Vzc2lvblJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEhoKDWV4dHJhY3RfZmFjdHMYAiABKAhIAIgBARISCgphdXRvX3BydW5lGAMgASgIQhAKDl9leHRyYWN0X2ZhY3RzIqwCChJFbmRTZXNzaW9uUmVzcG9uc2USGgoSbWVzc2FnZXNfcHJvY2Vzc2VkGAEgASgFEhcKD2ZhY3RzX2V4dHJhY3RlZBgCIAEoBRIlCgVmYWN0cxgDIAMoCzIWLm1lbW9yeWQudjEuTWVtb3J5SXRlbRITCgthZGRlZF9jb3VudBgEIAEoBRIVCg11cGRhdGVkX2NvdW50GAUgASgFEhUKDXNraXBwZWRfY291bnQYBiABKAUSEQoJYWRkZWRfaWRzGAcgAygJEhMKC3VwZGF0ZWRfaWRzGAggAygJEhoKEmV4dHJhY3Rpb25fc2tpcHBlZBgJIAEoCBIhChlleHRyYWN0aW9uX3NraXBwZWRfcmVhc29uGAogASgJEhAKCHdhcm5pbmdzGAsgAygJKqIBCgRUaWVyEhQKEFRJRVJfVU5TUEVDSUZJRUQQABIQCgxUSUVSX1dPUktJTkcQARITCg9USUVSX1NIT1JUX1RFUk0QAhISCg5USUVSX0xPTkdfVEVSTRADEhAKDFRJRVJfUEVSU09OQRAEEhEKDVRJRVJfRVBJU09ESUMQBRIPCgtUSUVSX0VOVElUWRAGEhMKD1RJRVJfU1RSVUNUVVJFRBAHKr0BCgRLaW5kEhQKEEtJTkRfVU5TUEVDSUZJRUQQABINCglLSU5EX0ZBQ1QQARITCg9LSU5EX1BSRUZFUkVOQ0UQAhIRCg1LSU5EX0RFQ0lTSU9OEAMSDQoJS0lORF9OT1RFEAQSEAoMS0lORF9NRVNTQUdFEAUSEAoMS0lORF9FUElTT0RFEAYSDwoLS0lORF9FTlRJVFkQBxIRCg1LSU5EX1JFTEFUSU9OEAgSEQoNS0lORF9ET0NVTUVOVBAJKooBCglPcGVyYXRpb24SGQoVT1BFUkFUSU9OX1VOU1BFQ0lGSUVEEAASEQoNT1BFUkFUSU9OX0FERBABEhwKGE9QRVJBVElPTl9BRERfV0lUSF9QUlVORRACEhoKFk9QRVJBVElPTl9ERURVUExJQ0FURUQQAxIVChFPUEVSQVRJT05fVVBEQVRFRBAEKl8KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg0KCVJPTEVfVVNFUhABEhIKDlJPTEVfQVNTSVNUQU5UEAISDwoLUk9MRV9TWVNURU0QAxINCglST0xFX1RPT0wQBCpGCgZTb3VyY2USFgoSU09VUkNFX1VOU1BFQ0lGSUVEEAASEwoPU09VUkNFX0VYUExJQ0lUEAESDwoLU09VUkNFX0FVVE8QAipnCg1Db21tYW5kQWN0aW9uEh4KGkNPTU1BTkRfQUNUSU9OX1VOU1BFQ0lGSUVEEAASGwoXQ09NTUFORF9BQ1RJT05fUkVNRU1CRVIQARIZChVDT01NQU5EX0FDVElPTl9GT1JHRVQQAirLAQoNUHJ1bmVTdHJhdGVneRIeChpQUlVORV9TVFJBVEVHWV9VTlNQRUNJRklFRBAAEiEKHVBSVU5FX1NUUkFURUdZX09MREVTVF9QRVJDRU5UEAESGgoWUFJVTkVfU1RSQVRFR1lfRVhQSVJFRBACEiUKIVBSVU5FX1NUUkFURUdZX0FSQ0hJVkVfT0xERVJfVEhBThADEhwKGFBSVU5FX1NUUkFURUdZX0JZX0ZJTFRFUhAEEhYKElBSVU5FX1NUUkFURUdZX0FMTBAFMvMFCg1NZW1vcnlTZXJ2aWNlEjYKA0FkZBIWLm1lbW9yeWQudjEuQWRkUmVxdWVzdBoXLm1lbW9yeWQudjEuQWRkUmVzcG9uc2USRQoIQWRkQmF0Y2gSGy5tZW1vcnlkLnYxLkFkZEJhdGNoUmVxdWVzdBocLm1lbW9yeWQudjEuQWRkQmF0Y2hSZXNwb25zZRJFCghSZXRyaWV2ZRIbLm1lbW9yeWQudjEuUmV0cmlldmVSZXF1ZXN0GhwubWVtb3J5ZC52MS5SZXRyaWV2ZVJlc3BvbnNlEjYKA0dldBIWLm1lbW9yeWQudjEuR2V0UmVxdWVzdBoXLm1lbW9yeWQudjEuR2V0UmVzcG9uc2USPwoGRGVsZXRlEhkubWVtb3J5ZC52MS5EZWxldGVSZXF1ZXN0GhoubWVtb3J5ZC52MS5EZWxldGVSZXNwb25zZRI8CgVQcnVuZRIYLm1lbW9yeWQudjEuUHJ1bmVSZXF1ZXN0GhkubWVtb3J5ZC52MS5QcnVuZVJlc3BvbnNlEkEKBkV4cG9ydBIZLm1lbW9yeWQudjEuRXhwb3J0UmVxdWVzdBoaLm1lbW9yeWQudjEuRXhwb3J0UmVzcG9uc2UwARJBCgZJbXBvcnQSGS5tZW1vcnlkLnYxLkltcG9ydFJlcXVlc3QaGi5tZW1vcnlkLnYxLkltcG9ydFJlc3BvbnNlKAESPAoFVXNhZ2USGC5tZW1vcnlkLnYxLlVzYWdlUmVxdWVzdBoZLm1lbW9yeWQudjEuVXNhZ2VSZXNwb25zZRJUCg1SZW5kZXJDb250ZXh0EiAubWVtb3J5ZC52MS5SZW5kZXJDb250ZXh0UmVxdWVzdBohLm1lbW9yeWQudjEuUmVuZGVyQ29udGV4dFJlc3BvbnNlEksKCkVuZFNlc3Npb24SHS5tZW1vcnlkLnYxLkVuZFNlc3Npb25SZXF1ZXN0Gh4ubWVtb3J5ZC52MS5FbmRTZXNzaW9uUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * Who and what a request is about. user_id is always required; the tier decides
@@ -570,6 +570,162 @@ export const AddResponseSchema: GenMessage<AddResponse> = /*@__PURE__*/
   messageDesc(file_memoryd_v1_memory, 9);
 
 /**
+ * @generated from message memoryd.v1.AddBatchRequest
+ */
+export type AddBatchRequest = Message<"memoryd.v1.AddBatchRequest"> & {
+  /**
+   * 1..limits.max_batch_items (default 256) items, each a whole AddRequest with its own
+   * scope and tier. An invalid item fails alone; the others are still stored.
+   *
+   * @generated from field: repeated memoryd.v1.AddRequest items = 1;
+   */
+  items: AddRequest[];
+};
+
+/**
+ * Describes the message memoryd.v1.AddBatchRequest.
+ * Use `create(AddBatchRequestSchema)` to create a new message.
+ */
+export const AddBatchRequestSchema: GenMessage<AddBatchRequest> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 10);
+
+/**
+ * Why one item of a batch was not stored: what a single Add of it would have failed with.
+ *
+ * @generated from message memoryd.v1.ItemError
+ */
+export type ItemError = Message<"memoryd.v1.ItemError"> & {
+  /**
+   * A google.rpc.Code value: 3 INVALID_ARGUMENT, 8 RESOURCE_EXHAUSTED, 14 UNAVAILABLE, ...
+   *
+   * @generated from field: int32 code = 1;
+   */
+  code: number;
+
+  /**
+   * @generated from field: string message = 2;
+   */
+  message: string;
+
+  /**
+   * The first bad field, relative to the item (e.g. "content", "scope.user_id"), if any.
+   *
+   * @generated from field: string field = 3;
+   */
+  field: string;
+
+  /**
+   * The google.rpc.ErrorInfo.reason a single Add would carry (e.g. "QUOTA_EXCEEDED").
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message memoryd.v1.ItemError.
+ * Use `create(ItemErrorSchema)` to create a new message.
+ */
+export const ItemErrorSchema: GenMessage<ItemError> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 11);
+
+/**
+ * @generated from message memoryd.v1.AddBatchResult
+ */
+export type AddBatchResult = Message<"memoryd.v1.AddBatchResult"> & {
+  /**
+   * The item's position in AddBatchRequest.items; results come in that order.
+   *
+   * @generated from field: int32 index = 1;
+   */
+  index: number;
+
+  /**
+   * Set when the item was stored (or found already stored); empty on error.
+   *
+   * @generated from field: string memory_id = 2;
+   */
+  memoryId: string;
+
+  /**
+   * @generated from field: memoryd.v1.Operation operation = 3;
+   */
+  operation: Operation;
+
+  /**
+   * @generated from field: memoryd.v1.Tier tier = 4;
+   */
+  tier: Tier;
+
+  /**
+   * @generated from field: int64 quota_remaining = 5;
+   */
+  quotaRemaining: bigint;
+
+  /**
+   * @generated from field: repeated string evicted_keys = 6;
+   */
+  evictedKeys: string[];
+
+  /**
+   * Set when the item was not stored.
+   *
+   * @generated from field: memoryd.v1.ItemError error = 7;
+   */
+  error?: ItemError | undefined;
+
+  /**
+   * Short-term tier: set when the user message was an explicit remember/forget command.
+   *
+   * @generated from field: memoryd.v1.CommandOutcome command = 8;
+   */
+  command?: CommandOutcome | undefined;
+};
+
+/**
+ * Describes the message memoryd.v1.AddBatchResult.
+ * Use `create(AddBatchResultSchema)` to create a new message.
+ */
+export const AddBatchResultSchema: GenMessage<AddBatchResult> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 12);
+
+/**
+ * @generated from message memoryd.v1.AddBatchResponse
+ */
+export type AddBatchResponse = Message<"memoryd.v1.AddBatchResponse"> & {
+  /**
+   * One per item, in request order.
+   *
+   * @generated from field: repeated memoryd.v1.AddBatchResult results = 1;
+   */
+  results: AddBatchResult[];
+
+  /**
+   * Items stored (added, deduplicated or updated) and items refused.
+   *
+   * @generated from field: int32 succeeded_count = 2;
+   */
+  succeededCount: number;
+
+  /**
+   * @generated from field: int32 failed_count = 3;
+   */
+  failedCount: number;
+
+  /**
+   * @generated from field: double latency_ms = 4;
+   */
+  latencyMs: number;
+};
+
+/**
+ * Describes the message memoryd.v1.AddBatchResponse.
+ * Use `create(AddBatchResponseSchema)` to create a new message.
+ */
+export const AddBatchResponseSchema: GenMessage<AddBatchResponse> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 13);
+
+/**
  * @generated from message memoryd.v1.RetrieveRequest
  */
 export type RetrieveRequest = Message<"memoryd.v1.RetrieveRequest"> & {
@@ -631,7 +787,7 @@ export type RetrieveRequest = Message<"memoryd.v1.RetrieveRequest"> & {
  * Use `create(RetrieveRequestSchema)` to create a new message.
  */
 export const RetrieveRequestSchema: GenMessage<RetrieveRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 10);
+  messageDesc(file_memoryd_v1_memory, 14);
 
 /**
  * @generated from message memoryd.v1.RetrieveResponse
@@ -670,6 +826,14 @@ export type RetrieveResponse = Message<"memoryd.v1.RetrieveResponse"> & {
    * @generated from field: bool truncated = 6;
    */
   truncated: boolean;
+
+  /**
+   * True when the caller's query rate limit was reached: the items are a recent answer to
+   * the same request, or none. Never an error.
+   *
+   * @generated from field: bool rate_limited = 7;
+   */
+  rateLimited: boolean;
 };
 
 /**
@@ -677,7 +841,7 @@ export type RetrieveResponse = Message<"memoryd.v1.RetrieveResponse"> & {
  * Use `create(RetrieveResponseSchema)` to create a new message.
  */
 export const RetrieveResponseSchema: GenMessage<RetrieveResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 11);
+  messageDesc(file_memoryd_v1_memory, 15);
 
 /**
  * @generated from message memoryd.v1.GetRequest
@@ -711,7 +875,7 @@ export type GetRequest = Message<"memoryd.v1.GetRequest"> & {
  * Use `create(GetRequestSchema)` to create a new message.
  */
 export const GetRequestSchema: GenMessage<GetRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 12);
+  messageDesc(file_memoryd_v1_memory, 16);
 
 /**
  * @generated from message memoryd.v1.GetResponse
@@ -735,7 +899,7 @@ export type GetResponse = Message<"memoryd.v1.GetResponse"> & {
  * Use `create(GetResponseSchema)` to create a new message.
  */
 export const GetResponseSchema: GenMessage<GetResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 13);
+  messageDesc(file_memoryd_v1_memory, 17);
 
 /**
  * @generated from message memoryd.v1.DeleteRequest
@@ -769,7 +933,7 @@ export type DeleteRequest = Message<"memoryd.v1.DeleteRequest"> & {
  * Use `create(DeleteRequestSchema)` to create a new message.
  */
 export const DeleteRequestSchema: GenMessage<DeleteRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 14);
+  messageDesc(file_memoryd_v1_memory, 18);
 
 /**
  * @generated from message memoryd.v1.DeleteResponse
@@ -786,7 +950,7 @@ export type DeleteResponse = Message<"memoryd.v1.DeleteResponse"> & {
  * Use `create(DeleteResponseSchema)` to create a new message.
  */
 export const DeleteResponseSchema: GenMessage<DeleteResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 15);
+  messageDesc(file_memoryd_v1_memory, 19);
 
 /**
  * @generated from message memoryd.v1.PruneRequest
@@ -841,7 +1005,7 @@ export type PruneRequest = Message<"memoryd.v1.PruneRequest"> & {
  * Use `create(PruneRequestSchema)` to create a new message.
  */
 export const PruneRequestSchema: GenMessage<PruneRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 16);
+  messageDesc(file_memoryd_v1_memory, 20);
 
 /**
  * @generated from message memoryd.v1.TierCount
@@ -863,7 +1027,7 @@ export type TierCount = Message<"memoryd.v1.TierCount"> & {
  * Use `create(TierCountSchema)` to create a new message.
  */
 export const TierCountSchema: GenMessage<TierCount> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 17);
+  messageDesc(file_memoryd_v1_memory, 21);
 
 /**
  * @generated from message memoryd.v1.PruneResponse
@@ -895,7 +1059,7 @@ export type PruneResponse = Message<"memoryd.v1.PruneResponse"> & {
  * Use `create(PruneResponseSchema)` to create a new message.
  */
 export const PruneResponseSchema: GenMessage<PruneResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 18);
+  messageDesc(file_memoryd_v1_memory, 22);
 
 /**
  * @generated from message memoryd.v1.ExportRequest
@@ -924,7 +1088,7 @@ export type ExportRequest = Message<"memoryd.v1.ExportRequest"> & {
  * Use `create(ExportRequestSchema)` to create a new message.
  */
 export const ExportRequestSchema: GenMessage<ExportRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 19);
+  messageDesc(file_memoryd_v1_memory, 23);
 
 /**
  * @generated from message memoryd.v1.ExportHeader
@@ -961,7 +1125,7 @@ export type ExportHeader = Message<"memoryd.v1.ExportHeader"> & {
  * Use `create(ExportHeaderSchema)` to create a new message.
  */
 export const ExportHeaderSchema: GenMessage<ExportHeader> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 20);
+  messageDesc(file_memoryd_v1_memory, 24);
 
 /**
  * @generated from message memoryd.v1.ExportTrailer
@@ -995,7 +1159,7 @@ export type ExportTrailer = Message<"memoryd.v1.ExportTrailer"> & {
  * Use `create(ExportTrailerSchema)` to create a new message.
  */
 export const ExportTrailerSchema: GenMessage<ExportTrailer> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 21);
+  messageDesc(file_memoryd_v1_memory, 25);
 
 /**
  * @generated from message memoryd.v1.ExportResponse
@@ -1030,7 +1194,7 @@ export type ExportResponse = Message<"memoryd.v1.ExportResponse"> & {
  * Use `create(ExportResponseSchema)` to create a new message.
  */
 export const ExportResponseSchema: GenMessage<ExportResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 22);
+  messageDesc(file_memoryd_v1_memory, 26);
 
 /**
  * @generated from message memoryd.v1.ImportRequest
@@ -1072,7 +1236,7 @@ export type ImportRequest = Message<"memoryd.v1.ImportRequest"> & {
  * Use `create(ImportRequestSchema)` to create a new message.
  */
 export const ImportRequestSchema: GenMessage<ImportRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 23);
+  messageDesc(file_memoryd_v1_memory, 27);
 
 /**
  * @generated from message memoryd.v1.ImportResponse
@@ -1101,7 +1265,7 @@ export type ImportResponse = Message<"memoryd.v1.ImportResponse"> & {
  * Use `create(ImportResponseSchema)` to create a new message.
  */
 export const ImportResponseSchema: GenMessage<ImportResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 24);
+  messageDesc(file_memoryd_v1_memory, 28);
 
 /**
  * @generated from message memoryd.v1.UsageRequest
@@ -1118,7 +1282,7 @@ export type UsageRequest = Message<"memoryd.v1.UsageRequest"> & {
  * Use `create(UsageRequestSchema)` to create a new message.
  */
 export const UsageRequestSchema: GenMessage<UsageRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 25);
+  messageDesc(file_memoryd_v1_memory, 29);
 
 /**
  * @generated from message memoryd.v1.TierUsage
@@ -1162,7 +1326,7 @@ export type TierUsage = Message<"memoryd.v1.TierUsage"> & {
  * Use `create(TierUsageSchema)` to create a new message.
  */
 export const TierUsageSchema: GenMessage<TierUsage> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 26);
+  messageDesc(file_memoryd_v1_memory, 30);
 
 /**
  * @generated from message memoryd.v1.UsageAlert
@@ -1196,7 +1360,7 @@ export type UsageAlert = Message<"memoryd.v1.UsageAlert"> & {
  * Use `create(UsageAlertSchema)` to create a new message.
  */
 export const UsageAlertSchema: GenMessage<UsageAlert> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 27);
+  messageDesc(file_memoryd_v1_memory, 31);
 
 /**
  * @generated from message memoryd.v1.UsageResponse
@@ -1228,7 +1392,7 @@ export type UsageResponse = Message<"memoryd.v1.UsageResponse"> & {
  * Use `create(UsageResponseSchema)` to create a new message.
  */
 export const UsageResponseSchema: GenMessage<UsageResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 28);
+  messageDesc(file_memoryd_v1_memory, 32);
 
 /**
  * @generated from message memoryd.v1.RenderContextRequest
@@ -1272,7 +1436,7 @@ export type RenderContextRequest = Message<"memoryd.v1.RenderContextRequest"> & 
  * Use `create(RenderContextRequestSchema)` to create a new message.
  */
 export const RenderContextRequestSchema: GenMessage<RenderContextRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 29);
+  messageDesc(file_memoryd_v1_memory, 33);
 
 /**
  * @generated from message memoryd.v1.RenderContextResponse
@@ -1299,6 +1463,14 @@ export type RenderContextResponse = Message<"memoryd.v1.RenderContextResponse"> 
    * @generated from field: int32 item_count = 4;
    */
   itemCount: number;
+
+  /**
+   * True when the caller's query rate limit was reached: the context is a recent answer to
+   * the same request, or empty. Never an error.
+   *
+   * @generated from field: bool rate_limited = 5;
+   */
+  rateLimited: boolean;
 };
 
 /**
@@ -1306,7 +1478,7 @@ export type RenderContextResponse = Message<"memoryd.v1.RenderContextResponse"> 
  * Use `create(RenderContextResponseSchema)` to create a new message.
  */
 export const RenderContextResponseSchema: GenMessage<RenderContextResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 30);
+  messageDesc(file_memoryd_v1_memory, 34);
 
 /**
  * @generated from message memoryd.v1.EndSessionRequest
@@ -1342,7 +1514,7 @@ export type EndSessionRequest = Message<"memoryd.v1.EndSessionRequest"> & {
  * Use `create(EndSessionRequestSchema)` to create a new message.
  */
 export const EndSessionRequestSchema: GenMessage<EndSessionRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 31);
+  messageDesc(file_memoryd_v1_memory, 35);
 
 /**
  * @generated from message memoryd.v1.EndSessionResponse
@@ -1428,7 +1600,7 @@ export type EndSessionResponse = Message<"memoryd.v1.EndSessionResponse"> & {
  * Use `create(EndSessionResponseSchema)` to create a new message.
  */
 export const EndSessionResponseSchema: GenMessage<EndSessionResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 32);
+  messageDesc(file_memoryd_v1_memory, 36);
 
 /**
  * @generated from enum memoryd.v1.Tier
@@ -1764,6 +1936,18 @@ export const MemoryService: GenService<{
     methodKind: "unary";
     input: typeof AddRequestSchema;
     output: typeof AddResponseSchema;
+  },
+  /**
+   * Store up to limits.max_batch_items memories (default 256) in one call: each item as one
+   * Add would, with its own result or error; the long-term items share one embedding batch
+   * and one store write, and their quota is checked for the whole batch at once.
+   *
+   * @generated from rpc memoryd.v1.MemoryService.AddBatch
+   */
+  addBatch: {
+    methodKind: "unary";
+    input: typeof AddBatchRequestSchema;
+    output: typeof AddBatchResponseSchema;
   },
   /**
    * Retrieve relevant memories from one or more tiers.
