@@ -5,6 +5,7 @@ import { readFileSync } from "node:fs";
 import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import {
+  AddBatchRequestSchema,
   AddRequestSchema,
   DeleteRequestSchema,
   EndSessionRequestSchema,
@@ -21,6 +22,8 @@ import {
   Source,
   Tier,
   UsageRequestSchema,
+  type AddBatchResponse,
+  type AddRequest,
   type AddResponse,
   type DeleteResponse,
   type EndSessionResponse,
@@ -120,6 +123,18 @@ export type EndSessionArgs = Scope & { extractFacts?: boolean };
 function split<T extends Scope>(args: T): [Scope, Omit<T, keyof Scope>] {
   const { userId, agentId = "", sessionId = "", taskId = "", ...rest } = args;
   return [{ userId, agentId, sessionId, taskId }, rest];
+}
+
+function addRequest(args: AddArgs): AddRequest {
+  const [scope, { tier: t = "long_term", kind: k, role, source, ...rest }] = split(args);
+  return create(AddRequestSchema, {
+    ...rest,
+    scope,
+    tier: tier(t),
+    kind: k === undefined ? 0 : kind(k),
+    role: role === undefined ? 0 : enumValue(Role, "ROLE_", role),
+    source: source === undefined ? 0 : enumValue(Source, "SOURCE_", source),
+  });
 }
 
 function pem(value: Buffer | string | undefined): Buffer | null {
@@ -258,16 +273,15 @@ export class MemoryClient {
   }
 
   add(args: AddArgs, options?: CallOptions): Promise<AddResponse> {
-    const [scope, { tier: t = "long_term", kind: k, role, source, ...rest }] = split(args);
     const m = this.method("add");
-    const request = create(m.input, {
-      ...rest,
-      scope,
-      tier: tier(t),
-      kind: k === undefined ? 0 : kind(k),
-      role: role === undefined ? 0 : enumValue(Role, "ROLE_", role),
-      source: source === undefined ? 0 : enumValue(Source, "SOURCE_", source),
-    });
+    return this.unary(m.name, m.input, m.output, addRequest(args), options);
+  }
+
+  /** Several adds in one call, each with its own scope and tier (default long-term). An
+   * invalid item fails alone: its result carries `error`, and the others are stored. */
+  addBatch(items: AddArgs[], options?: CallOptions): Promise<AddBatchResponse> {
+    const m = this.method("addBatch");
+    const request = create(AddBatchRequestSchema, { items: items.map(addRequest) });
     return this.unary(m.name, m.input, m.output, request, options);
   }
 

@@ -12,6 +12,7 @@ import {
   QuotaExceeded,
   Tier,
   Unavailable,
+  canonicalItem,
   exportChecksum,
   pb,
   type MemoryItem,
@@ -144,6 +145,33 @@ test("the checksum is the documented golden vector", () => {
     assert.equal(message.payload.case, "item");
     return message.payload.value as MemoryItem;
   });
-  assert.equal(exportChecksum(items.slice(0, 1)), "b4f59768c9559e83ee58c97a6a427d832e432ffdd31de7125688f988ea907c4f");
-  assert.equal(exportChecksum(items), "1c9a9a7164c4c876b0fe76ba0a5a31d21f88dddb95ec6f4f5cea40c42e6ed623");
+  // The forms the page states for them, in its ```text block, one line each.
+  const forms = doc.split("```text\n")[1].split("```")[0].split("\n").filter((l) => l !== "");
+  assert.equal(forms.length, 2);
+  assert.deepEqual(items.map(canonicalItem), forms.map((f) => `${f}\n`));
+  assert.equal(exportChecksum(items.slice(0, 1)), "1e050c6d7553703131186e61f7db0b0f632c92e0827f7942546e99a663bcbf51");
+  assert.equal(exportChecksum(items), "e72ce64de91cf9cebe8ce2f9f7f4de4dc5fb594a5ef716eeea79f1f121da8a49");
+});
+
+test("addBatch stores each valid item and reports each invalid one alone", async () => {
+  const userId = newUser();
+  const batch = await client.addBatch([
+    { userId, content: "Ana plays chess on Sundays" },
+    { userId, content: "  " },
+    { userId, content: "ana plays CHESS on sundays", kind: "fact" },
+  ]);
+  const [first, empty, repeat] = batch.results;
+  assert.deepEqual(
+    batch.results.map((r) => r.index),
+    [0, 1, 2],
+  );
+  assert.equal(first.operation, pb.Operation.ADD);
+  assert.equal(first.tier, Tier.LONG_TERM);
+  assert.equal(empty.memoryId, "");
+  assert.equal(empty.error?.code, 3); // INVALID_ARGUMENT
+  assert.equal(empty.error?.field, "content");
+  assert.equal(repeat.operation, pb.Operation.DEDUPLICATED);
+  assert.equal(repeat.memoryId, first.memoryId);
+  assert.deepEqual([batch.succeededCount, batch.failedCount], [2, 1]);
+  await assert.rejects(client.addBatch([]), InvalidArgument);
 });
