@@ -2,6 +2,9 @@
 `item-jcs-v1` checksum, the framing Import expects (header, items, trailer) and the JSON
 lines of `memoryd export -o` files. A stream written here imports into memoryd with its
 checksum verified, and a stream memoryd exported checks out here.
+
+The canonical form is the server's (service/memoryd/transport/export_stream.py), kept
+here because a client cannot import the server; a test asserts both give the same bytes.
 """
 
 from __future__ import annotations
