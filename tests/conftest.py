@@ -105,7 +105,7 @@ async def start_server(tmp_path: Path, embedder: Embedder) -> AsyncIterator[Serv
 
     yield start
     for handle in running:
-        await handle.channel.close()
+        await handle.channel.close(None)
         await handle.server.stop(grace_s=0)
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from typing import Any
+from collections.abc import Awaitable, Iterable
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -23,7 +23,9 @@ async def rpc_error(call: Awaitable[Any]) -> grpc.aio.AioRpcError:
 
 
 def rich_status(err: grpc.aio.AioRpcError) -> status_pb2.Status:
-    for key, value in err.trailing_metadata() or ():
+    # grpc-stubs types these as objects with .key/.value; grpc.aio yields (key, value) pairs.
+    metadata = cast("Iterable[tuple[str, bytes]] | None", err.trailing_metadata())
+    for key, value in metadata or ():
         if key == "grpc-status-details-bin":
             status = status_pb2.Status()
             status.ParseFromString(value)

@@ -32,6 +32,7 @@ from memoryd_client import (
     export_format,
     pb,
 )
+from memoryd_client._requests import ScopeArgs
 
 
 def target(s: RunningServer) -> str:
@@ -78,7 +79,7 @@ async def test_tiers_and_kinds_by_any_name_or_number(
 ) -> None:
     s = await start_server()
     async with AsyncMemoryClient(target(s)) as client:
-        scope = {"user_id": user_id, "agent_id": "planner", "task_id": "trip"}
+        scope: ScopeArgs = {"user_id": user_id, "agent_id": "planner", "task_id": "trip"}
         for tier in ("working", "WORKING", "TIER_WORKING", "working", pb.TIER_WORKING):
             await client.add(**scope, tier=tier, key="step", content=f"tier given as {tier!r}")
         got = await client.get(**scope, tier=Tier.WORKING, keys=["step"])
@@ -93,7 +94,7 @@ async def test_async_client_covers_every_rpc(start_server: ServerFactory, user_i
     async with AsyncMemoryClient(target(s)) as client:
         await client.add(user_id=user_id, tier="persona", key="name", content="Ana")
         await client.add(user_id=user_id, content="Ana is learning the cello", kind=Kind.FACT)
-        session = {"user_id": user_id, "session_id": "chat-1"}
+        session: ScopeArgs = {"user_id": user_id, "session_id": "chat-1"}
         await client.add(**session, tier="short_term", role="user", content="I moved to Lyon")
         episode = Episode("book a flight", [EpisodeStep("search", "3 fares")], "booked", True)
         await client.add(user_id=user_id, agent_id="planner", tier="episodic", episode=episode)

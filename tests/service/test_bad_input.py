@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 import pytest
 
@@ -16,7 +18,7 @@ def task(user_id: str) -> pb.Scope:
     return scope(user_id, agent_id="agent", task_id="task")
 
 
-BAD_ADDS = {
+BAD_ADDS: dict[str, tuple[Callable[[str], pb.AddRequest], str]] = {
     "empty content": (
         lambda u: pb.AddRequest(scope=task(u), tier=W, key="k", content=""),
         "content",

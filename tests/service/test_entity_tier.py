@@ -5,6 +5,7 @@ Retrieve and Get, cascading deletes, quotas, and export/import, erasure and usag
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import grpc
 import pytest
@@ -31,15 +32,15 @@ async def server(start_server: ServerFactory, vectors: dict[str, str]) -> Runnin
     return await start_server(vectors=vectors)
 
 
-async def entity(s: RunningServer, user: str, name: str, **kw: object) -> pb.AddResponse:
-    fields = {k: kw.pop(k) for k in ("type", "aliases", "description") if k in kw}
+async def entity(s: RunningServer, user: str, name: str, **kw: Any) -> pb.AddResponse:
+    fields: dict[str, Any] = {k: kw.pop(k) for k in ("type", "aliases", "description") if k in kw}
     return await s.stub.Add(
         pb.AddRequest(scope=scope(user), tier=E, entity=pb.Entity(name=name, **fields), **kw)
     )
 
 
 async def relate(
-    s: RunningServer, user: str, subject: str, predicate: str, obj: str, **kw: object
+    s: RunningServer, user: str, subject: str, predicate: str, obj: str, **kw: Any
 ) -> pb.AddResponse:
     relation = pb.Relation(subject=subject, predicate=predicate, object=obj)
     return await s.stub.Add(pb.AddRequest(scope=scope(user), tier=E, relation=relation, **kw))
@@ -293,10 +294,11 @@ async def test_entities_are_persistent_retention_leaves_them(
     clock.advance(3 * 365 * 86_400)
     report = await s.app.maintenance.run_once()
     assert E not in {pb.Tier.Value(f"TIER_{t.name}") for t in report.archived_by_tier}
-    for strategy, extra in [
+    strategies: list[tuple[pb.PruneStrategy.ValueType, dict[str, Any]]] = [
         (pb.PRUNE_STRATEGY_EXPIRED, {}),
         (pb.PRUNE_STRATEGY_ARCHIVE_OLDER_THAN, {"older_than_days": 1}),
-    ]:
+    ]
+    for strategy, extra in strategies:
         reply = await s.stub.Prune(
             pb.PruneRequest(scope=scope(user_id), tiers=[E], strategy=strategy, **extra)
         )
@@ -325,7 +327,7 @@ async def test_oldest_percent_prunes_entities_with_their_relations(
     assert names == {"B", "C", "D"}
 
 
-def _fields(request: pb.PruneRequest) -> dict[str, object]:
+def _fields(request: pb.PruneRequest) -> dict[str, Any]:
     return {
         "scope": request.scope,
         "tiers": list(request.tiers),

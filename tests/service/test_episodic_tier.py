@@ -291,7 +291,7 @@ async def test_prune_strategies(start_server: ServerFactory, user_id: str) -> No
         task = pb.Episode(task=f"task number {n}", steps=steps(1))
         ids.append((await record(s, agent(user_id), task, metadata={"n": str(n % 2)})).memory_id)
 
-    async def prune(strategy: int, **kw: Any) -> pb.PruneResponse:
+    async def prune(strategy: pb.PruneStrategy.ValueType, **kw: Any) -> pb.PruneResponse:
         request = pb.PruneRequest(scope=scope(user_id), tiers=[EP], strategy=strategy, **kw)
         return await s.stub.Prune(request)
 

@@ -45,7 +45,9 @@ async def server(
     return await start_server(clock=clock)
 
 
-async def add(s: RunningServer, sc: pb.Scope, tier: int, content: str, **kw: Any) -> str:
+async def add(
+    s: RunningServer, sc: pb.Scope, tier: pb.Tier.ValueType, content: str, **kw: Any
+) -> str:
     return (await s.stub.Add(pb.AddRequest(scope=sc, tier=tier, content=content, **kw))).memory_id
 
 
@@ -94,7 +96,9 @@ async def everything(s: RunningServer, user: str) -> list[pb.MemoryItem]:
     return [r.item async for r in s.stub.Export(request) if r.WhichOneof("payload") == "item"]
 
 
-async def retrieved(s: RunningServer, sc: pb.Scope, tier: int, query: str = "") -> list[str]:
+async def retrieved(
+    s: RunningServer, sc: pb.Scope, tier: pb.Tier.ValueType, query: str = ""
+) -> list[str]:
     reply = await s.stub.Retrieve(
         pb.RetrieveRequest(scope=sc, tiers=[tier], query=query, top_k=50, min_score=0.0)
     )
@@ -281,6 +285,7 @@ async def test_a_backup_written_with_the_legacy_checksum_still_restores(
     lines[-1]["trailer"] = {"itemCount": "2", "checksumSha256": legacy.hexdigest()}
     rewrite_backup(path, lines)
 
+    assert s.app.backups is not None
     restored = await restore(s.app.engine, s.app.backups, user_id=user_id)
 
     assert (restored.imported, restored.skipped) == (2, 0)
@@ -296,6 +301,7 @@ async def test_a_damaged_backup_is_refused_and_nothing_is_restored(
     lines[2]["item"]["content"] = "User prefers aisle seats"
     rewrite_backup(path, lines)
 
+    assert s.app.backups is not None
     with pytest.raises(BackupCorrupt, match=r"trailer\.checksum_sha256"):
         await restore(s.app.engine, s.app.backups, user_id=user_id)
     assert await everything(s, user_id) == []

@@ -31,8 +31,10 @@ class Export:
         return {i.content for i in self.items}
 
 
-async def export(s: RunningServer, user: str, tiers: Iterable[int] = ()) -> Export:
-    header, items, trailers = [], [], []
+async def export(s: RunningServer, user: str, tiers: Iterable[pb.Tier.ValueType] = ()) -> Export:
+    header: list[pb.ExportHeader] = []
+    items: list[pb.MemoryItem] = []
+    trailers: list[pb.ExportTrailer] = []
     async for reply in s.stub.Export(pb.ExportRequest(scope=scope(user), tiers=list(tiers))):
         kind = reply.WhichOneof("payload")
         assert not trailers, "nothing follows the trailer"

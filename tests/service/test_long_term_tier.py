@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import zlib
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -26,11 +27,11 @@ SKI_MEMORIES = [
 ]
 
 
-async def remember(s: RunningServer, user: str, content: str, **fields: object) -> pb.AddResponse:
+async def remember(s: RunningServer, user: str, content: str, **fields: Any) -> pb.AddResponse:
     return await s.stub.Add(pb.AddRequest(scope=scope(user), tier=LT, content=content, **fields))
 
 
-async def recall(s: RunningServer, user: str, query: str, **fields: object) -> pb.RetrieveResponse:
+async def recall(s: RunningServer, user: str, query: str, **fields: Any) -> pb.RetrieveResponse:
     return await s.stub.Retrieve(
         pb.RetrieveRequest(scope=scope(user), tiers=[LT], query=query, **fields)
     )

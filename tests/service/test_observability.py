@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from conftest import RunningServer, ServerFactory
 from memoryd.core.observe import text_sha256
 from memoryd.settings import MetricsSettings
-from memoryd.transport.logs import configure_logging
+from memoryd.transport.logs import LogFormat, configure_logging
 from memoryd.transport.metrics import ALLOWED_LABELS, LATENCY_BUCKETS
 from memoryd.v1 import memory_pb2 as pb
 from redis_server import RedisServer
@@ -83,7 +83,8 @@ async def _logged(logs: LogLines, event: str, rid: str) -> bool:
 
 
 def request_id_of(call_metadata: Any) -> str:
-    return dict(call_metadata or ()).get("x-request-id", "")
+    metadata: dict[str, str] = dict(call_metadata or ())
+    return metadata.get("x-request-id", "")
 
 
 # ---------------------------------------------------------------------- metrics
@@ -352,7 +353,7 @@ async def test_logs_are_json_lines_unless_a_person_reads_them() -> None:
             ("forced-json", "json", Terminal()),
             ("forced-console", "console", io.StringIO()),
         ):
-            handler = configure_logging("INFO", fmt, stream)
+            handler = configure_logging("INFO", cast(LogFormat, fmt), stream)
             logging.getLogger("memoryd.test").info("hello", extra={"n": 1})
             root.removeHandler(handler)
             outputs[name] = stream.getvalue().strip()

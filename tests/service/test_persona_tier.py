@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from clock import MovableClock
 from conftest import RunningServer, ServerFactory
 from memoryd.v1 import memory_pb2 as pb
@@ -10,7 +12,7 @@ from rpc import scope
 P = pb.TIER_PERSONA
 
 
-async def fact(s: RunningServer, user: str, key: str, value: str, **kw: object) -> pb.AddResponse:
+async def fact(s: RunningServer, user: str, key: str, value: str, **kw: Any) -> pb.AddResponse:
     return await s.stub.Add(pb.AddRequest(scope=scope(user), tier=P, key=key, content=value, **kw))
 
 

@@ -19,7 +19,7 @@ TENANT = "default"
 
 
 async def long_term_usage(
-    stub: memory_pb2_grpc.MemoryServiceStub, user_id: str
+    stub: memory_pb2_grpc.MemoryServiceAsyncStub, user_id: str
 ) -> tuple[pb.TierUsage, str]:
     reply = await stub.Usage(pb.UsageRequest(scope=scope(user_id)))
     (tier,) = [t for t in reply.tiers if t.tier == LT]

@@ -73,7 +73,7 @@ async def archive_older_than(
 
 
 async def export(
-    s: RunningServer, user: str, include_archived: bool, tiers: Iterable[int] = (LT,)
+    s: RunningServer, user: str, include_archived: bool, tiers: Iterable[pb.Tier.ValueType] = (LT,)
 ) -> tuple[pb.ExportHeader, list[pb.MemoryItem], pb.ExportTrailer]:
     header, items, trailer = pb.ExportHeader(), [], pb.ExportTrailer()
     request = pb.ExportRequest(

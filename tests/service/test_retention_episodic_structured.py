@@ -55,7 +55,7 @@ async def add_episode(s: RunningServer, user: str, episode: pb.Episode, **fields
     return (await s.stub.Add(request)).memory_id
 
 
-async def found(s: RunningServer, user: str, tier: int, query: str = "") -> set[str]:
+async def found(s: RunningServer, user: str, tier: pb.Tier.ValueType, query: str = "") -> set[str]:
     """Ids Retrieve returns: listed with no query, else searched."""
     reply = await s.stub.Retrieve(
         pb.RetrieveRequest(scope=scope(user), tiers=[tier], query=query, top_k=50, min_score=0.0)
@@ -143,7 +143,9 @@ async def test_prune_archive_older_than_on_each_tier(
     s = await start_server(clock=clock)
     ids = await seed(s, clock, user_id)
 
-    async def archive(tier: int, days: int, dry_run: bool = False) -> pb.PruneResponse:
+    async def archive(
+        tier: pb.Tier.ValueType, days: int, dry_run: bool = False
+    ) -> pb.PruneResponse:
         request = pb.PruneRequest(
             scope=scope(user_id),
             tiers=[tier],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -83,7 +84,7 @@ async def server(
 
 
 async def say(
-    s: RunningServer, user: str, session: str, text: str, role: int = pb.ROLE_USER
+    s: RunningServer, user: str, session: str, text: str, role: pb.Role.ValueType = pb.ROLE_USER
 ) -> pb.AddResponse:
     return await s.stub.Add(
         pb.AddRequest(
@@ -118,7 +119,8 @@ def retry_delay(err: grpc.aio.AioRpcError) -> float:
         if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
             info = error_details_pb2.RetryInfo()
             detail.Unpack(info)
-            return info.retry_delay.ToTimedelta().total_seconds()
+            delay: timedelta = info.retry_delay.ToTimedelta()
+            return delay.total_seconds()
     raise AssertionError("the error carries no RetryInfo")
 
 

@@ -19,7 +19,7 @@ def session(user_id: str, session_id: str = "sess_abc123") -> pb.Scope:
 
 
 async def say(
-    s: RunningServer, sc: pb.Scope, content: str, role: int = pb.ROLE_USER
+    s: RunningServer, sc: pb.Scope, content: str, role: pb.Role.ValueType = pb.ROLE_USER
 ) -> pb.AddResponse:
     return await s.stub.Add(pb.AddRequest(scope=sc, tier=ST, content=content, role=role))
 

@@ -60,10 +60,12 @@ async def test_a_call_continues_the_callers_trace_with_spans_inside(
         "memoryd.store qdrant_edge.count",
         "memoryd.fusion",
     } <= inside
-    fusion = {sp.attributes["memoryd.fusion.stage"] for sp in found if sp.name == "memoryd.fusion"}
+    fusion = {
+        (sp.attributes or {})["memoryd.fusion.stage"] for sp in found if sp.name == "memoryd.fusion"
+    }
     assert fusion == {"signals", "tiers"}
     embedding = next(sp for sp in found if sp.name == "memoryd.embedding")
-    assert embedding.attributes["memoryd.batch_size"] == 1
+    assert (embedding.attributes or {})["memoryd.batch_size"] == 1
     # Each child hangs under the call's span (directly or through another child).
     ids = {sp.context.span_id for sp in found}
     assert all(sp.parent is not None and sp.parent.span_id in ids for sp in found if sp is not call)

@@ -35,7 +35,7 @@ def openai_api() -> Iterator[OpenAIStub]:
 @asynccontextmanager
 async def serving(
     settings: Settings,
-) -> AsyncIterator[tuple[App, memory_pb2_grpc.MemoryServiceStub]]:
+) -> AsyncIterator[tuple[App, memory_pb2_grpc.MemoryServiceAsyncStub]]:
     app = await build_app(settings)
     server = MemorydServer(settings, app, health_interval_s=0.2)
     port = await server.start()
@@ -43,7 +43,7 @@ async def serving(
     try:
         yield app, memory_pb2_grpc.MemoryServiceStub(channel)
     finally:
-        await channel.close()
+        await channel.close(None)
         await server.stop(grace_s=0)
 
 
@@ -56,7 +56,7 @@ async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
 
 
 async def messages_found(
-    stub: memory_pb2_grpc.MemoryServiceStub, user_id: str, query: str
+    stub: memory_pb2_grpc.MemoryServiceAsyncStub, user_id: str, query: str
 ) -> list[str]:
     answer = await stub.Retrieve(
         pb.RetrieveRequest(

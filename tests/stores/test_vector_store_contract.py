@@ -247,13 +247,11 @@ def test_match_any_matches_one_of_several_values(store: VectorStore) -> None:
 
 def test_term_id_arrays_match_any_one_of_their_ids(store: VectorStore) -> None:
     # The per-user IDF counts memories holding a query term id (a 32-bit integer).
-    store.upsert(
-        [
-            point(1, **{TERMS_FIELD: [7, 4_000_000_000]}),
-            point(2, **{TERMS_FIELD: [7]}),
-            point(3, **{TERMS_FIELD: []}),
-        ]
-    )
+    def with_terms(n: int, term_ids: list[int]) -> VectorPoint:
+        payload: dict[str, Any] = {TERMS_FIELD: term_ids}
+        return point(n, **payload)
+
+    store.upsert([with_terms(1, [7, 4_000_000_000]), with_terms(2, [7]), with_terms(3, [])])
 
     assert store.count(scope().and_(MatchValue(TERMS_FIELD, 7))) == 2
     assert store.count(scope().and_(MatchValue(TERMS_FIELD, 4_000_000_000))) == 1

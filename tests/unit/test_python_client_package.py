@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memoryd_client import Kind, Operation, PruneStrategy, Role, Source, Tier
-from memoryd_client._enums import _ProtoEnum, of_number, to_number
+from memoryd_client._enums import EnumLike, _ProtoEnum, of_number, to_number
 from memoryd_client.v1 import memory_pb2 as client_pb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +67,14 @@ def test_every_enum_member_is_a_contract_value(enum: type[_ProtoEnum], wrapper: 
 
 
 def test_enum_arguments_in_every_spelling() -> None:
-    spellings = ["long_term", "LONG_TERM", "long-term", "TIER_LONG_TERM", Tier.LONG_TERM, 3]
+    spellings: list[EnumLike] = [
+        "long_term",
+        "LONG_TERM",
+        "long-term",
+        "TIER_LONG_TERM",
+        Tier.LONG_TERM,
+        3,
+    ]
     assert {to_number(Tier, s) for s in spellings} == {client_pb.TIER_LONG_TERM}
     with pytest.raises(ValueError, match="expected a Tier"):
         to_number(Tier, Kind.FACT)
@@ -77,4 +84,6 @@ def test_server_and_client_stubs_are_one_set_of_classes_at_run_time() -> None:
     from memoryd.v1 import memory_pb2 as server_pb
 
     assert client_pb.DESCRIPTOR is server_pb.DESCRIPTOR
-    assert client_pb.MemoryItem is server_pb.MemoryItem
+    # Typed as distinct classes (two stub files); the point is that they are one at run time.
+    client_class: object = client_pb.MemoryItem
+    assert client_class is server_pb.MemoryItem
