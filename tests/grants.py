@@ -59,5 +59,6 @@ def retry_delay_s(err: grpc.aio.AioRpcError) -> float:
         if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
             info = error_details_pb2.RetryInfo()
             detail.Unpack(info)
-            return info.retry_delay.ToNanoseconds() / 1e9
+            nanos: int = info.retry_delay.ToNanoseconds()
+            return nanos / 1e9
     raise AssertionError("the error carries no RetryInfo")

@@ -4,6 +4,8 @@ whole batch at once. Run on both vector adapters and both hot stores."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import pytest
 from google.rpc import code_pb2
@@ -17,7 +19,7 @@ from scrape import scrape
 LT = pb.TIER_LONG_TERM
 
 
-def note(user: str, content: str, **fields: object) -> pb.AddRequest:
+def note(user: str, content: str, **fields: Any) -> pb.AddRequest:
     return pb.AddRequest(scope=scope(user), tier=LT, content=content, **fields)
 
 

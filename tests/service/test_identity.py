@@ -53,11 +53,11 @@ async def keyed(start_server: ServerFactory, keys_file: Path) -> RunningServer:
     return await start_server(auth={"keys_file": keys_file}, reflection=True)
 
 
-def add(sc: pb.Scope, content: str, tier: int = LT, **kw: Any) -> pb.AddRequest:
+def add(sc: pb.Scope, content: str, tier: pb.Tier.ValueType = LT, **kw: Any) -> pb.AddRequest:
     return pb.AddRequest(scope=sc, tier=tier, content=content, **kw)
 
 
-async def contents(caller: Caller, user: str, tier: int = LT) -> list[str]:
+async def contents(caller: Caller, user: str, tier: pb.Tier.ValueType = LT) -> list[str]:
     reply = await caller.Retrieve(
         pb.RetrieveRequest(scope=scope(user), tiers=[tier], top_k=50, min_score=0.0)
     )
@@ -153,7 +153,9 @@ async def test_roles_reader_agent_admin_have_their_grants(
     for write in (
         reader.Add(add(scope("alice"), "x")),
         reader.Delete(pb.DeleteRequest(scope=scope("alice"), tier=LT, ids=["x"])),
-        reader.Prune(pb.PruneRequest(scope=scope("alice"), tiers=[LT], strategy=2)),
+        reader.Prune(
+            pb.PruneRequest(scope=scope("alice"), tiers=[LT], strategy=pb.PRUNE_STRATEGY_EXPIRED)
+        ),
     ):
         err = await rpc_error(write)
         assert (err.code(), error_info(err).reason) == (DENIED, "ROLE_NOT_GRANTED")
@@ -309,7 +311,13 @@ async def test_jwt_bearer_tokens_through_the_server(start_server: ServerFactory)
     )
 
     def token(**over: Any) -> str:
-        claims = {"iss": "idp", "aud": "memoryd", "sub": "alice", "tenant": "acme", "role": "agent"}
+        claims: dict[str, Any] = {
+            "iss": "idp",
+            "aud": "memoryd",
+            "sub": "alice",
+            "tenant": "acme",
+            "role": "agent",
+        }
         claims["exp"] = int(time.time()) + 300
         return jwt.encode({**claims, **over}, secret, algorithm="HS256")
 

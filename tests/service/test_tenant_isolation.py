@@ -192,6 +192,8 @@ async def call_rpc(caller: Caller, rpc: str, request: Any) -> Any:
 async def own_step(w: World, owner: Owner, rng: random.Random) -> None:
     me = w.agents[owner]
     sc = scopes(owner, rng)
+    # One name for the request each branch builds, whatever its RPC.
+    request: pb.AddRequest | pb.RetrieveRequest | pb.PruneRequest | pb.RenderContextRequest
     pick = rng.random()
     if pick < 0.14:
         reply = await w.ok(

@@ -68,7 +68,7 @@ class Channels:
 
     async def close(self) -> None:
         for channel in self._open:
-            await channel.close()
+            await channel.close(None)
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def tls(pki: Pki, **extra: Any) -> dict[str, Any]:
     return {"cert_file": pki.server.cert, "key_file": pki.server.key, **extra}
 
 
-def stub(channel: grpc.aio.Channel) -> memory_pb2_grpc.MemoryServiceStub:
+def stub(channel: grpc.aio.Channel) -> memory_pb2_grpc.MemoryServiceAsyncStub:
     return memory_pb2_grpc.MemoryServiceStub(channel)
 
 

@@ -35,7 +35,11 @@ def test_a_key_proves_its_grants(tmp_path: Path) -> None:
         tenant="acme", role="reader", users=["alice", "bob"], profile="free", created_at=NOW
     )
     who = ApiKeys(KeysFile(tmp_path / "keys.jsonl")).verify(token)
-    assert (who.tenant, who.role, who.users) == ("acme", AccessRole.READER, {"alice", "bob"})
+    assert (who.tenant, who.role, who.users) == (
+        "acme",
+        AccessRole.READER,
+        frozenset({"alice", "bob"}),
+    )
     assert (who.credential, who.profile) == ("api_key", "free")
     assert who.key_id == key_id_of(token)
 
