@@ -136,6 +136,22 @@ async def test_another_user_is_denied_alike_whether_or_not_they_exist(
     assert await contents(bob, "bob") == ["bob's secret"]
 
 
+async def test_a_batch_naming_a_user_outside_the_grants_is_refused_whole(
+    keyed: RunningServer, keys_file: Path
+) -> None:
+    alice = Caller(keyed.channel, new_key(keys_file, "acme", "agent", ("alice",)))
+    bob = Caller(keyed.channel, new_key(keys_file, "acme", "agent", ("bob",)))
+    batch = pb.AddBatchRequest(
+        items=[add(scope("alice"), "alice's own note"), add(scope("bob"), "planted in bob")]
+    )
+    err = await rpc_error(alice.AddBatch(batch))
+    assert err.code() == DENIED and error_info(err).reason == "USER_NOT_GRANTED"
+    assert await contents(alice, "alice") == [] and await contents(bob, "bob") == []
+    done = await alice.AddBatch(pb.AddBatchRequest(items=[add(scope("alice"), "alice's note")]))
+    assert done.succeeded_count == 1
+    assert await contents(alice, "alice") == ["alice's note"]
+
+
 async def test_roles_reader_agent_admin_have_their_grants(
     keyed: RunningServer, keys_file: Path
 ) -> None:

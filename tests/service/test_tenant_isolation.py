@@ -164,6 +164,7 @@ def any_request(user: str, rng: random.Random) -> tuple[str, Any]:
     sc = scope(user, agent_id="a", task_id="task0", session_id="s0")
     choices: list[tuple[str, Any]] = [
         ("Add", pb.AddRequest(scope=sc, tier=LT, content="planted")),
+        ("AddBatch", pb.AddBatchRequest(items=[pb.AddRequest(scope=sc, tier=LT, content="x")])),
         ("Retrieve", pb.RetrieveRequest(scope=sc, query="tea")),
         ("Get", pb.GetRequest(scope=sc, tier=WK, keys=["k0"])),
         ("Delete", pb.DeleteRequest(scope=sc, tier=WK, keys=["k0"])),
@@ -200,6 +201,10 @@ async def own_step(w: World, owner: Owner, rng: random.Random) -> None:
             "Add", me.Add(pb.AddRequest(scope=sc, tier=LT, content=w.text(owner, rng)))
         )
         w.ids[owner].append(reply.memory_id)
+    elif pick < 0.18:
+        items = [pb.AddRequest(scope=sc, tier=LT, content=w.text(owner, rng)) for _ in range(2)]
+        batch = await w.ok("AddBatch", me.AddBatch(pb.AddBatchRequest(items=items)))
+        w.ids[owner].extend(r.memory_id for r in batch.results if r.memory_id)
     elif pick < 0.26:
         key = f"k{rng.randrange(5)}"
         await w.ok(

@@ -88,6 +88,14 @@ def user_of(request: Message) -> str:
     return str(getattr(scope, "user_id", "") or "")
 
 
+def users_of(request: Message) -> list[str]:
+    """Every user a request acts for: AddBatch items carry a scope each, and each one is
+    checked (a batch for a user outside the grants is refused whole, nothing written)."""
+    if isinstance(request, pb.AddBatchRequest):
+        return list(dict.fromkeys(item.scope.user_id for item in request.items)) or [""]
+    return [user_of(request)]
+
+
 # Start-up.
 
 
@@ -231,7 +239,8 @@ class Identity(AroundCall):
         principal = self._calls.principal()
         streamed = not isinstance(request, Message)
         action = action_of(rpc, None if streamed else request)
-        user = "" if streamed else user_of(request)
+        users = [""] if streamed else users_of(request)
+        user = users[0]
         call = _Call(rpc, action, user)
         try:
             if action is None:
@@ -240,7 +249,8 @@ class Identity(AroundCall):
                         "RPC_NOT_GRANTED", f"{rpc} is open to admin credentials only", {"rpc": rpc}
                     )
             else:
-                authorize(principal, action, user)
+                for user in users:
+                    authorize(principal, action, user)
         except PermissionDenied as exc:
             await self._record_refusal(rpc, context, principal, exc, user)
             raise

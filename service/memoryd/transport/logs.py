@@ -47,6 +47,22 @@ def wants_json(fmt: LogFormat, stream: TextIO) -> bool:
     return fmt == "json"
 
 
+class _StderrHandler(logging.StreamHandler[TextIO]):
+    """Writes to whatever `sys.stderr` is at each record, not the one of configuration time
+    (a test harness or a daemonising wrapper may replace and close the first one)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:  # the base class assigns it; we always read sys.stderr
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+
 def configure_logging(
     level: str = "INFO", fmt: LogFormat = "auto", stream: TextIO | None = None
 ) -> logging.Handler:
@@ -66,7 +82,9 @@ def configure_logging(
         foreign_pre_chain=[*_shared_processors(), structlog.stdlib.ExtraAdder()],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *finish, renderer],
     )
-    handler = logging.StreamHandler(out)
+    handler: logging.StreamHandler[TextIO] = (
+        logging.StreamHandler(stream) if stream is not None else _StderrHandler()
+    )
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(formatter)
     root = logging.getLogger()
