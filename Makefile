@@ -5,13 +5,18 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test install redis gen gen-clients clients-deps test-clients docs lint format eval clean
+.PHONY: run test test-unit install redis gen gen-clients clients-deps test-clients docs lint format eval clean
 
 run: install
 	$(VENV)/bin/memoryd serve
 
+# Test files are spread over every core (each worker loads the model and starts its own
+# Redis); `make test-unit` is the fast layer alone (no server, Redis or model).
 test: install redis
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile
+
+test-unit: install
+	$(PY) -m pytest tests/unit
 
 $(PY):
 	python3 -m venv $(VENV)
