@@ -113,6 +113,7 @@ def build_embedder(settings: Settings) -> Embedder:
         max_entries=cfg.cache_entries,
         redis_url=settings.redis_url,
         redis_ttl_s=cfg.cache_ttl_seconds,
+        redis_cluster=settings.redis_cluster,
     )
 
 
