@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from memoryd.core.engine import MemoryEngine
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.erasure import Erasure
-from memoryd.core.lifecycle.maintenance import Maintenance, MaintenanceLoop
+from memoryd.core.lifecycle.maintenance import Lease, Maintenance, MaintenanceLoop
 from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.lifecycle.write_behind import ConversationCopier
 from memoryd.core.memory.vector_memory import VectorMemory
@@ -217,6 +217,24 @@ def build_sessions(
     )
 
 
+def build_lease(settings: Settings) -> tuple[Lease, Callable[[], Awaitable[None]]] | None:
+    """The maintenance lease replicas on one Redis share, and how to close its client;
+    None without Redis (a replica alone)."""
+    if not settings.redis_url:
+        return None
+    import socket
+    import uuid
+
+    from memoryd.stores.lease.redis_lease import RedisLease
+    from memoryd.stores.redis_clients import open_async
+
+    client = open_async(settings.redis_url, cluster=settings.redis_cluster)
+    # Unique per process: two replicas with one instance_id must still not share it.
+    holder = f"{settings.instance_id or socket.gethostname()}:{uuid.uuid4().hex[:12]}"
+    lease = RedisLease(client, holder, ttl_s=settings.retention.maintenance_lease_seconds)
+    return lease, client.aclose
+
+
 def build_queue(settings: Settings) -> WriteBehindQueue:
     return queue_adapters.ADAPTERS[queue_adapters.adapter_name(settings)](settings)
 
@@ -295,6 +313,7 @@ async def build_app(
         observer=observer,
     )
     maintenance = Maintenance(memory, tiers, settings.retention)
+    lease = build_lease(settings)
 
     async def maintain() -> None:
         await maintenance.run_once()
@@ -315,6 +334,7 @@ async def build_app(
             maintain,
             settings.retention.maintenance_interval_seconds,
             first=maintenance.survey,  # the storage metrics, without waiting an interval
+            lease=lease[0] if lease else None,
         ),
         probes={HOT_PROBE: hot.ping, VECTOR_PROBE: vectors_up},
         closers=[
@@ -322,6 +342,7 @@ async def build_app(
             close_vectors,
             hot.close,
             queue.close,
+            *([lease[1]] if lease else []),
             *([chat.close] if chat else []),
         ],
         memory=memory,

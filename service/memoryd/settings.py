@@ -344,6 +344,11 @@ class RetentionSettings(BaseModel):
     maintenance_interval_seconds: float = Field(
         3600.0, ge=0, description="Seconds between maintenance runs in the server; 0 disables"
     )
+    maintenance_lease_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="With Redis, one replica runs maintenance under a lease this long, renewed",
+    )
 
 
 class UsageSettings(BaseModel):
