@@ -78,6 +78,8 @@ class App:
     # For `memoryd backup`/`restore`: who has memories, and where backups go.
     memory: VectorMemory | None = None
     backups: BackupStore | None = None
+    # At close, how long the write-behind copy may take to flush what is queued.
+    flush_timeout_s: float = 5.0
 
     async def start(self) -> None:
         self.copier.start()
@@ -86,6 +88,7 @@ class App:
     async def close(self) -> None:
         await self.maintenance_loop.stop()
         await self.copier.stop()
+        await self.copier.flush(self.flush_timeout_s)
         for close in reversed(self.closers):
             log.debug("closing %s", close)
             await close()
@@ -347,6 +350,7 @@ async def build_app(
         ],
         memory=memory,
         backups=backups,
+        flush_timeout_s=settings.grace_period_seconds,
         telemetry=telemetry,
         probe_stores={HOT_PROBE: hot_name, VECTOR_PROBE: vectors_name},
         health_services={f"memoryd.tier.{s.tier.value}": [_PROBE_OF[s.store]] for s in served()},
