@@ -58,18 +58,23 @@ async def eventually(check: Callable[[], bool], what: str) -> None:
     raise AssertionError(f"never happened: {what}")
 
 
+@pytest.mark.parametrize("n_replicas", [2, 3])
 async def test_concurrent_adders_across_replicas_never_overshoot_a_working_quota(
-    start_server: ServerFactory, tmp_path: Path, redis_target: tuple[str, bool], user_id: str
+    start_server: ServerFactory,
+    tmp_path: Path,
+    redis_target: tuple[str, bool],
+    user_id: str,
+    n_replicas: int,
 ) -> None:
     servers = await replicas(
-        start_server, tmp_path, redis_target, 2, working=WorkingSettings(max_entries=20)
+        start_server, tmp_path, redis_target, n_replicas, working=WorkingSettings(max_entries=20)
     )
     sc = scope(user_id, agent_id="agent", task_id="task")
 
     async def add(i: int) -> bool:
         request = pb.AddRequest(scope=sc, tier=W, key=f"k{i}", content="v")
         try:
-            await servers[i % 2].stub.Add(request)
+            await servers[i % n_replicas].stub.Add(request)
             return True
         except grpc.aio.AioRpcError as err:
             assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -84,6 +89,36 @@ async def test_concurrent_adders_across_replicas_never_overshoot_a_working_quota
         assert sorted(i.key for i in got.items) == sorted(
             f"k{i}" for i, ok in enumerate(accepted) if ok
         )
+
+
+async def test_a_replica_killed_mid_run_loses_no_acknowledged_write(
+    start_server: ServerFactory, tmp_path: Path, redis_target: tuple[str, bool], user_id: str
+) -> None:
+    doomed, survivor = await replicas(start_server, tmp_path, redis_target, 2)
+    sc = scope(user_id, agent_id="agent", task_id="task")
+    acknowledged: list[str] = []
+    half_done = asyncio.Event()
+
+    async def add(i: int) -> None:
+        server = doomed if i % 2 else survivor
+        try:
+            await server.stub.Add(pb.AddRequest(scope=sc, tier=W, key=f"k{i}", content="v"))
+        except grpc.aio.AioRpcError:
+            return  # never acknowledged: the caller knows it may be lost
+        acknowledged.append(f"k{i}")
+        if len(acknowledged) == 20:
+            half_done.set()
+
+    async def kill_midway() -> None:
+        await half_done.wait()
+        await doomed.server.stop(grace_s=0)  # in-flight calls are cut off
+
+    await asyncio.gather(kill_midway(), *(add(i) for i in range(80)))
+    got = await survivor.stub.Get(
+        pb.GetRequest(scope=sc, tier=W, keys=[f"k{i}" for i in range(80)])
+    )
+    assert len(acknowledged) >= 20
+    assert set(acknowledged) <= {i.key for i in got.items}
 
 
 async def test_one_replica_at_a_time_holds_the_maintenance_lease(
