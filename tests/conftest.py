@@ -22,6 +22,7 @@ from memoryd.stores.hot.port import HotStore
 from memoryd.transport.server import MemorydServer
 from memoryd.transport.telemetry import Telemetry
 from memoryd.v1 import memory_pb2_grpc
+from redis_cluster import RedisCluster
 from redis_server import RedisServer
 
 
@@ -32,6 +33,24 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """A private 3-master Redis Cluster, started once (a few seconds) for the whole run."""
+    cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster"))
+    yield cluster
+    cluster.stop()
+
+
+def redis_settings(request: pytest.FixtureRequest, adapter: str, **values: Any) -> Settings:
+    """Settings pointing a Redis adapter at its private Redis: the cluster for the
+    `redis_cluster` adapter, the single server otherwise."""
+    if adapter == "redis_cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        return Settings(redis_url=cluster.url, redis_cluster=True, **values)
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return Settings(redis_url=server.url, **values)
+
+
 @pytest.fixture
 async def redis_client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
     client = aioredis.Redis.from_url(redis_server.url)
@@ -40,11 +59,9 @@ async def redis_client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redi
 
 
 @pytest.fixture(params=sorted(hot.ADAPTERS))
-async def hot_store(
-    request: pytest.FixtureRequest, redis_server: RedisServer, tmp_path: Path
-) -> AsyncIterator[HotStore]:
-    """Every registered hot store adapter; each may use the private Redis."""
-    settings = Settings(data_dir=tmp_path, redis_url=redis_server.url)
+async def hot_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[HotStore]:
+    """Every registered hot store adapter; each may use the private Redis or Cluster."""
+    settings = redis_settings(request, request.param, data_dir=tmp_path)
     store = hot.ADAPTERS[request.param](settings)
     yield store
     await store.close()

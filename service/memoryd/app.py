@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from memoryd.core.engine import MemoryEngine
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.erasure import Erasure
-from memoryd.core.lifecycle.maintenance import Maintenance, MaintenanceLoop
+from memoryd.core.lifecycle.maintenance import Lease, Maintenance, MaintenanceLoop
 from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.lifecycle.write_behind import ConversationCopier
 from memoryd.core.memory.vector_memory import VectorMemory
@@ -87,6 +87,8 @@ class App:
     rate_limits: RateLimits | None = None
     access_audit: AuditLog | None = None
     clock: Callable[[], float] = time.time
+    # At close, how long the write-behind copy may take to flush what is queued.
+    flush_timeout_s: float = 5.0
 
     async def start(self) -> None:
         self.copier.start()
@@ -95,6 +97,7 @@ class App:
     async def close(self) -> None:
         await self.maintenance_loop.stop()
         await self.copier.stop()
+        await self.copier.flush(self.flush_timeout_s)
         for close in reversed(self.closers):
             log.debug("closing %s", close)
             await close()
@@ -122,6 +125,7 @@ def build_embedder(settings: Settings) -> Embedder:
         max_entries=cfg.cache_entries,
         redis_url=settings.redis_url,
         redis_ttl_s=cfg.cache_ttl_seconds,
+        redis_cluster=settings.redis_cluster,
     )
 
 
@@ -232,6 +236,24 @@ def build_buckets(settings: Settings) -> TokenBuckets:
     return InProcessBuckets()
 
 
+def build_lease(settings: Settings) -> tuple[Lease, Callable[[], Awaitable[None]]] | None:
+    """The maintenance lease replicas on one Redis share, and how to close its client;
+    None without Redis (a replica alone)."""
+    if not settings.redis_url:
+        return None
+    import socket
+    import uuid
+
+    from memoryd.stores.lease.redis_lease import RedisLease
+    from memoryd.stores.redis_clients import open_async
+
+    client = open_async(settings.redis_url, cluster=settings.redis_cluster)
+    # Unique per process: two replicas with one instance_id must still not share it.
+    holder = f"{settings.instance_id or socket.gethostname()}:{uuid.uuid4().hex[:12]}"
+    lease = RedisLease(client, holder, ttl_s=settings.retention.maintenance_lease_seconds)
+    return lease, client.aclose
+
+
 def build_queue(settings: Settings) -> WriteBehindQueue:
     return queue_adapters.ADAPTERS[queue_adapters.adapter_name(settings)](settings)
 
@@ -312,6 +334,7 @@ async def build_app(
         observer=observer,
     )
     maintenance = Maintenance(memory, tiers, settings.retention)
+    lease = build_lease(settings)
 
     async def maintain() -> None:
         await maintenance.run_once()
@@ -332,6 +355,7 @@ async def build_app(
             maintain,
             settings.retention.maintenance_interval_seconds,
             first=maintenance.survey,  # the storage metrics, without waiting an interval
+            lease=lease[0] if lease else None,
         ),
         probes={HOT_PROBE: hot.ping, VECTOR_PROBE: vectors_up},
         closers=[
@@ -339,11 +363,13 @@ async def build_app(
             close_vectors,
             hot.close,
             queue.close,
+            *([lease[1]] if lease else []),
             *([chat.close] if chat else []),
             buckets.close,
         ],
         memory=memory,
         backups=backups,
+        flush_timeout_s=settings.grace_period_seconds,
         telemetry=telemetry,
         probe_stores={HOT_PROBE: hot_name, VECTOR_PROBE: vectors_name},
         health_services={f"memoryd.tier.{s.tier.value}": [_PROBE_OF[s.store]] for s in served()},

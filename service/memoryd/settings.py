@@ -367,6 +367,11 @@ class RetentionSettings(BaseModel):
     maintenance_interval_seconds: float = Field(
         3600.0, ge=0, description="Seconds between maintenance runs in the server; 0 disables"
     )
+    maintenance_lease_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="With Redis, one replica runs maintenance under a lease this long, renewed",
+    )
 
 
 class UsageSettings(BaseModel):
@@ -494,6 +499,9 @@ class Settings(BaseSettings):
     listen: str = Field("127.0.0.1:50051", description="host:port of the gRPC server")
     data_dir: Path = Field(Path(".memoryd-data"), description="Where embedded stores keep data")
     redis_url: str | None = Field(None, description="Hot tiers in Redis; unset: in-process")
+    redis_cluster: bool = Field(
+        False, description="redis_url names a node of a Redis Cluster: use the cluster client"
+    )
     reflection: bool = Field(False, description="Serve gRPC server reflection")
     grace_period_seconds: float = Field(5.0, ge=0, description="Graceful stop on SIGTERM")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(

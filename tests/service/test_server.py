@@ -92,7 +92,9 @@ def test_sigterm_turns_not_serving_then_stops_gracefully(tmp_path: Path) -> None
         "MEMORYD_DATA_DIR": str(tmp_path),
         "MEMORYD_METRICS__LISTEN": "127.0.0.1:0",
     }
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "service")
+    # This checkout's server and client packages (the CLI imports the client).
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = os.pathsep.join(str(root / d) for d in ("service", "clients/python"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "memoryd", "serve"], env=env, stderr=subprocess.PIPE, text=True
     )

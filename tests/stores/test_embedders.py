@@ -32,6 +32,7 @@ from memoryd.stores.embeddings import (
 )
 from memoryd.stores.embeddings.minilm import bundled_model_path
 from openai_stub import OpenAIStub, running_openai_stub, stub_vector
+from redis_cluster import RedisCluster
 from redis_server import RedisServer, free_port
 
 SERVICE_ROOT = Path(__file__).resolve().parents[2] / "service"
@@ -482,3 +483,37 @@ class TestCachedEmbedderWithRedis:
         ]
         assert second[0] == first[1] and second[2] == first[0]
         assert private_redis.client.keys("memoryd:emb:openai:local-model:*")
+
+
+class TestCachedEmbedderWithRedisCluster:
+    def test_replicas_share_vectors_spread_over_the_masters(
+        self, redis_cluster: RedisCluster
+    ) -> None:
+        redis_cluster.flush()
+        texts = [f"text {n}" for n in range(30)]  # keys of many slots, read in one batch
+        first = CachedEmbedder(CountingEmbedder(), redis_url=redis_cluster.url, redis_cluster=True)
+        expected = first.embed(texts)
+
+        inner = CountingEmbedder()
+        second = CachedEmbedder(inner, redis_url=redis_cluster.url, redis_cluster=True)
+        assert second.embed([*texts, "new"]) == [*expected, float32(inner.vector("new"))]
+        assert inner.calls == [["new"]]
+        assert second.stats().redis_hits == 30
+        holding = [
+            redis.Redis(port=port).dbsize() for port in redis_cluster.ports
+        ]  # every master holds some of them
+        assert sum(holding) == 31 and all(n > 0 for n in holding)
+        first.close()
+        second.close()
+
+    def test_a_cluster_down_from_the_start_does_not_fail_embedding(self) -> None:
+        inner = CountingEmbedder()
+        cached = CachedEmbedder(
+            inner,
+            redis_url=f"redis://127.0.0.1:{free_port()}",
+            redis_cluster=True,
+            redis_timeout_s=0.2,
+        )
+        cached.warm()  # logs, does not raise
+        assert cached.embed(["a", "b"]) == [float32(inner.vector(t)) for t in ["a", "b"]]
+        assert inner.calls == [["a", "b"]]

@@ -16,13 +16,13 @@ from memoryd.stores import queue as queues
 from memoryd.stores.queue.file_queue import FileQueue
 from memoryd.stores.queue.port import QueueDown, WriteBehindQueue
 from memoryd.stores.queue.redis_stream import RedisStreamQueue
+from redis_cluster import RedisCluster
 from redis_server import RedisServer
 
 Opener = Callable[[], Awaitable[WriteBehindQueue]]
 T = TypeVar("T")
 
 
-@pytest.fixture
 async def own_redis_database(redis_server: RedisServer) -> str:
     """The URL of an emptied Redis database no other test writes to: the Redis queue's
     stream has a fixed name, so tests sharing one database would see each other's
@@ -35,11 +35,18 @@ async def own_redis_database(redis_server: RedisServer) -> str:
 
 
 @pytest.fixture(params=sorted(queues.ADAPTERS))
-async def open_queue(
-    request: pytest.FixtureRequest, tmp_path: Path, own_redis_database: str
-) -> AsyncIterator[Opener]:
+async def open_queue(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
     """Opens the same queue again on each call, as a restarted server would."""
-    settings = Settings(data_dir=tmp_path, redis_url=own_redis_database, instance_id="replica-1")
+    if request.param == "redis_cluster":
+        # A cluster has database 0 only: empty all of it instead.
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        cluster.flush()
+        settings = Settings(
+            data_dir=tmp_path, redis_url=cluster.url, redis_cluster=True, instance_id="replica-1"
+        )
+    else:
+        url = await own_redis_database(request.getfixturevalue("redis_server"))
+        settings = Settings(data_dir=tmp_path, redis_url=url, instance_id="replica-1")
     opened: list[WriteBehindQueue] = []
 
     async def open_() -> WriteBehindQueue:

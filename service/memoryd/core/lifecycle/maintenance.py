@@ -8,6 +8,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import PruneCommand, PruneStrategy, Scope, Tier
@@ -110,10 +111,33 @@ class Maintenance:
             self._memory.observer.stored_bytes(tier, await self._memory.survey(tier))
 
 
+class Lease(Protocol):
+    """A lease shared by the replicas: at most one holds it at a time. It lapses on its own
+    when its holder stops renewing it (a replica that died)."""
+
+    @property
+    def renew_every_s(self) -> float:
+        """How often the holder renews it: well within its time to live."""
+        ...
+
+    async def hold(self) -> bool:
+        """Take the lease if free or renew it if ours; True while this replica holds it."""
+        ...
+
+    async def release(self) -> None:
+        """Give it up if ours, so that another replica takes over at once."""
+        ...
+
+
 class MaintenanceLoop:
     """Runs `run` every `interval_s` seconds in a background task (first run one interval
     after start; `first`, if given, right at start); a failed run is logged and the loop
-    goes on."""
+    goes on.
+
+    With a `lease` (several replicas on one Redis) only its holder runs `run`: a heartbeat
+    takes or renews it every `lease.renew_every_s`, also during a run, and the others skip
+    their turns. `first` (the storage survey, metrics of this replica) is not gated.
+    """
 
     def __init__(
         self,
@@ -121,27 +145,63 @@ class MaintenanceLoop:
         interval_s: float,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         first: Callable[[], Awaitable[object]] | None = None,
+        lease: Lease | None = None,
     ) -> None:
         self._run = run
         self._first = first
         self._interval_s = interval_s
         self._sleep = sleep
+        self._lease = lease
+        self._leader = lease is None
         self._task: asyncio.Task[None] | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
+
+    @property
+    def leader(self) -> bool:
+        """Whether this replica runs maintenance now (always, without a lease)."""
+        return self._leader
 
     def start(self) -> None:
         if self._interval_s > 0 and self._task is None:
+            if self._lease is not None:
+                self._heartbeat_task = asyncio.create_task(
+                    self._heartbeat(self._lease), name="memoryd-maintenance-lease"
+                )
             self._task = asyncio.create_task(self._loop(), name="memoryd-maintenance")
 
     async def stop(self) -> None:
         await stop_task(self._task)
         self._task = None
+        await stop_task(self._heartbeat_task)
+        self._heartbeat_task = None
+        if self._lease is not None and self._leader:
+            self._leader = False
+            try:
+                await self._lease.release()
+            except Exception:
+                log.warning("could not release the maintenance lease; it lapses on its own")
+
+    async def _heartbeat(self, lease: Lease) -> None:
+        while True:
+            try:
+                held = await lease.hold()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("maintenance lease unreachable; not running maintenance here")
+                held = False
+            if held != self._leader:
+                log.info("maintenance lease %s", "taken" if held else "lost")
+            self._leader = held
+            await asyncio.sleep(lease.renew_every_s)
 
     async def _loop(self) -> None:
         if self._first is not None:
             await self._attempt(self._first)
         while True:
             await self._sleep(self._interval_s)
-            await self._attempt(self._run)
+            if self._leader:
+                await self._attempt(self._run)
 
     async def _attempt(self, run: Callable[[], Awaitable[object]]) -> None:
         try:

@@ -165,6 +165,20 @@ class ConversationCopier:
         task, self._task = self._task, None
         await stop_task(task)
 
+    async def flush(self, timeout_s: float) -> int:
+        """At shutdown, once stopped: copy what this replica can take now, for at most
+        `timeout_s`; returns how many were copied. Unlike `drain` it does not wait for
+        entries other replicas hold: what is left stays queued, for another replica or the
+        next start, never dropped."""
+        copied = 0
+        try:
+            async with asyncio.timeout(timeout_s):
+                while batch := await self.drain_once():
+                    copied += batch
+        except (TimeoutError, MemorydError, QueueDown) as exc:
+            log.warning("write-behind not flushed at shutdown, the rest stays queued: %r", exc)
+        return copied
+
 
 def _log_failure(state: RetryCallState) -> None:
     exc = state.outcome.exception() if state.outcome is not None else None

@@ -7,6 +7,8 @@ way, so a text embeds identically whatever the cache state.
 
 Redis is an optimisation shared by replicas, never a dependency: any Redis error is
 logged, Redis is skipped for ``redis_retry_after_s``, and embedding goes on in-process.
+On a Redis Cluster the keys carry no hash tag on purpose: vectors spread over every
+master, and a batch is read per slot (MGET across slots is not allowed there).
 """
 
 from __future__ import annotations
@@ -23,13 +25,18 @@ from typing import cast
 
 import redis
 from cachetools import LRUCache
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from memoryd.stores.embeddings.port import Embedder
+from memoryd.stores.redis_clients import SyncClient, open_sync
 
 __all__ = ["DEFAULT_REDIS_TTL_S", "REDIS_KEY_PREFIX", "CacheStats", "CachedEmbedder"]
 
 REDIS_KEY_PREFIX = "memoryd:emb:"
 DEFAULT_REDIS_TTL_S = 7 * 24 * 3600
+# A cluster with no reachable node raises RedisClusterException, which is no RedisError.
+_REDIS_ERRORS = (redis.RedisError, RedisClusterException, OSError)
 # Redis values are little-endian float32 whatever the host, so replicas can share them.
 _BYTESWAP = sys.byteorder == "big"
 
@@ -65,6 +72,7 @@ class CachedEmbedder:
         *,
         redis_timeout_s: float = 0.5,
         redis_retry_after_s: float = 5.0,
+        redis_cluster: bool = False,
     ) -> None:
         if max_entries < 0:
             raise ValueError("max_entries must be >= 0")
@@ -81,15 +89,23 @@ class CachedEmbedder:
         self._misses = 0
         self._redis_down_until = 0.0
         self._redis_ok = True
-        # from_url does not connect; a bad URL fails here, at configuration time.
-        self._redis: redis.Redis | None = (
-            redis.Redis.from_url(
-                redis_url,
-                socket_timeout=redis_timeout_s,
-                socket_connect_timeout=redis_timeout_s,
-            )
-            if redis_url
-            else None
+        self._redis_url = redis_url
+        self._redis_cluster = redis_cluster
+        self._redis_timeout_s = redis_timeout_s
+        self._open_lock = threading.Lock()
+        # One Redis: from_url does not connect, so a bad URL fails here, at configuration
+        # time. The cluster client connects when made, so it is made on first use.
+        self._redis: SyncClient | None = (
+            self._open_redis() if redis_url and not redis_cluster else None
+        )
+
+    def _open_redis(self) -> SyncClient:
+        assert self._redis_url is not None
+        return open_sync(
+            self._redis_url,
+            cluster=self._redis_cluster,
+            socket_timeout=self._redis_timeout_s,
+            socket_connect_timeout=self._redis_timeout_s,
         )
 
     @property
@@ -106,10 +122,12 @@ class CachedEmbedder:
 
     def warm(self) -> None:
         self._inner.warm()
-        if self._redis is not None:
+        if self._redis_url is not None:
             try:
-                self._redis.ping()
-            except (redis.RedisError, OSError) as exc:
+                client = self._redis or self._open_redis()
+                self._redis = client
+                client.ping()
+            except _REDIS_ERRORS as exc:
                 self._redis_failed(exc)
 
     def stats(self) -> CacheStats:
@@ -174,9 +192,16 @@ class CachedEmbedder:
 
     # --- Redis ---
 
-    def _redis_client(self) -> redis.Redis | None:
-        if self._redis is None or time.monotonic() < self._redis_down_until:
+    def _redis_client(self) -> SyncClient | None:
+        if self._redis_url is None or time.monotonic() < self._redis_down_until:
             return None
+        if self._redis is None:
+            try:
+                with self._open_lock:  # one client, whichever thread gets here first
+                    self._redis = self._redis or self._open_redis()
+            except _REDIS_ERRORS as exc:
+                self._redis_failed(exc)
+                return None
         return self._redis
 
     def _redis_get(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], array[float]]:
@@ -184,8 +209,10 @@ class CachedEmbedder:
         if client is None:
             return {}
         try:
-            values = cast(list[bytes | None], client.mget([_redis_key(key) for key in keys]))
-        except (redis.RedisError, OSError) as exc:
+            names = [_redis_key(key) for key in keys]
+            many = client.mget_nonatomic if isinstance(client, RedisCluster) else client.mget
+            values = cast(list[bytes | None], many(names))
+        except _REDIS_ERRORS as exc:
             self._redis_failed(exc)
             return {}
         self._redis_succeeded()
@@ -206,7 +233,7 @@ class CachedEmbedder:
                 for key, vector in entries.items():
                     pipe.set(_redis_key(key), _encode(vector), ex=self._ttl_s)
                 pipe.execute()
-        except (redis.RedisError, OSError) as exc:
+        except _REDIS_ERRORS as exc:
             self._redis_failed(exc)
             return
         self._redis_succeeded()

@@ -31,12 +31,23 @@ def _redis(settings: Settings) -> HotStore:
     return RedisHotStore(settings.redis_url)
 
 
+def _redis_cluster(settings: Settings) -> HotStore:
+    from memoryd.stores.hot.redis_store import RedisHotStore
+
+    if not settings.redis_url:
+        raise ValueError("the redis cluster hot store needs redis_url (any node of it)")
+    return RedisHotStore(settings.redis_url, cluster=True)
+
+
 ADAPTERS: dict[str, HotStoreFactory] = {
     "in_process": _in_process,
     "redis": _redis,
+    "redis_cluster": _redis_cluster,
 }
 
 
 def adapter_name(settings: Settings) -> str:
-    """Redis when a URL is configured, else the server's own memory."""
-    return "redis" if settings.redis_url else "in_process"
+    """Redis (or a Redis Cluster) when a URL is configured, else the server's own memory."""
+    if not settings.redis_url:
+        return "in_process"
+    return "redis_cluster" if settings.redis_cluster else "redis"

@@ -13,10 +13,6 @@ from dataclasses import asdict
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
-import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from memoryd.stores.hot.port import (
     AppendOutcome,
     EntryLimitReached,
@@ -27,6 +23,7 @@ from memoryd.stores.hot.port import (
     TaskKey,
     WorkingEntry,
 )
+from memoryd.stores.redis_clients import DOWN, AsyncClient, FirstUse, open_async
 
 T = TypeVar("T")
 
@@ -174,27 +171,30 @@ def _message_from(doc: bytes | str) -> SessionMessage:
 
 
 class RedisHotStore:
-    def __init__(self, url: str, socket_timeout_s: float = 2.0) -> None:
+    def __init__(self, url: str, socket_timeout_s: float = 2.0, *, cluster: bool = False) -> None:
         self._url = url
-        self._redis: aioredis.Redis = aioredis.Redis.from_url(
+        self._redis: AsyncClient = open_async(
             url,
+            cluster=cluster,
             socket_timeout=socket_timeout_s,
             socket_connect_timeout=socket_timeout_s,
             health_check_interval=30,
         )
+        self._first_use = FirstUse(self._redis)
         self._put = self._redis.register_script(_PUT_ENTRY)
         self._get = self._redis.register_script(_GET_ENTRIES)
         self._append = self._redis.register_script(_APPEND_MESSAGE)
         self._delete_msgs = self._redis.register_script(_DELETE_MESSAGES)
 
     @property
-    def client(self) -> aioredis.Redis:
+    def client(self) -> AsyncClient:
         return self._redis
 
     async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
         try:
+            await self._first_use()
             return await op()
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except DOWN as exc:
             raise HotStoreDown(f"redis at {self._safe_url()}: {exc}") from exc
 
     def _safe_url(self) -> str:
@@ -323,8 +323,9 @@ class RedisHotStore:
 
     async def ping(self) -> bool:
         try:
+            await self._first_use()
             return bool(await self._redis.ping())  # type: ignore[misc]
-        except (RedisConnectionError, RedisTimeoutError, OSError):
+        except DOWN:
             return False
 
     async def close(self) -> None:

@@ -34,12 +34,27 @@ def _redis(settings: Settings) -> WriteBehindQueue:
     return RedisStreamQueue.from_url(settings.redis_url, consumer)
 
 
+def _redis_cluster(settings: Settings) -> WriteBehindQueue:
+    from memoryd.stores.queue.redis_stream import CLUSTER_STREAM, RedisStreamQueue
+
+    if not settings.redis_url:
+        raise ValueError("the redis cluster write-behind queue needs redis_url (any node of it)")
+    consumer = settings.instance_id or socket.gethostname()
+    return RedisStreamQueue.from_url(
+        settings.redis_url, consumer, cluster=True, stream=CLUSTER_STREAM
+    )
+
+
 ADAPTERS: dict[str, QueueFactory] = {
     "file": _file,
     "redis": _redis,
+    "redis_cluster": _redis_cluster,
 }
 
 
 def adapter_name(settings: Settings) -> str:
-    """The Redis stream when a URL is configured, else a journal under the data directory."""
-    return "redis" if settings.redis_url else "file"
+    """The Redis stream (on one Redis or a Redis Cluster) when a URL is configured, else a
+    journal under the data directory."""
+    if not settings.redis_url:
+        return "file"
+    return "redis_cluster" if settings.redis_cluster else "redis"

@@ -11,26 +11,30 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memoryd.stores.queue.port import QueueDown, QueueEntry
+from memoryd.stores.redis_clients import DOWN, AsyncClient, FirstUse, open_async
 
 T = TypeVar("T")
 _GROUP = "memoryd"
+STREAM = "memoryd:wb:messages"
+# On a Redis Cluster the stream is named with a hash tag, so that its slot (and the node
+# holding it) is chosen deliberately and any key added beside it later shares the slot.
+# One Redis keeps the old name: entries pending at an upgrade stay where they were.
+CLUSTER_STREAM = "memoryd:{wb}:messages"
 
 
 class RedisStreamQueue:
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: AsyncClient,
         consumer: str,
-        stream: str = "memoryd:wb:messages",
+        stream: str = STREAM,
         claim_idle_ms: int = 60_000,
     ) -> None:
         self._redis = client
+        self._first_use = FirstUse(client)
         self._stream = stream
         self._consumer = consumer
         self._claim_idle_ms = claim_idle_ms
@@ -39,16 +43,19 @@ class RedisStreamQueue:
         self._owns_client = False
 
     @classmethod
-    def from_url(cls, url: str, consumer: str) -> RedisStreamQueue:
+    def from_url(
+        cls, url: str, consumer: str, *, cluster: bool = False, stream: str = STREAM
+    ) -> RedisStreamQueue:
         """A queue on its own client, closed with the queue."""
-        queue = cls(aioredis.Redis.from_url(url), consumer)
+        queue = cls(open_async(url, cluster=cluster), consumer, stream)
         queue._owns_client = True
         return queue
 
     async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
         try:
+            await self._first_use()
             return await op()
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except DOWN as exc:
             raise QueueDown(f"redis stream {self._stream}: {exc}") from exc
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
