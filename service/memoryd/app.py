@@ -4,11 +4,15 @@ call it; every other module receives what it needs as arguments."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
 
 import redis.asyncio as aioredis
 
@@ -36,7 +40,7 @@ from memoryd.stores.hot.redis_store import RedisHotStore
 from memoryd.stores.queue.file_queue import FileQueue
 from memoryd.stores.queue.port import WriteBehindQueue
 from memoryd.stores.queue.redis_stream import RedisStreamQueue
-from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore
+from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore, VectorStoreError
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +130,8 @@ def open_vector_store(settings: Settings, dim: int) -> VectorStore:
             f"the vector store cannot be used with embedder dimension {dim}: {exc}. "
             "Run `memoryd reindex` to re-embed it with the configured embedder."
         ) from exc
+    except VectorStoreError as exc:
+        raise StartupRefused(f"the vector store cannot be opened: {exc}") from exc
 
 
 def check_embedder_matches(store: VectorStore, embedder: Embedder) -> None:
@@ -166,6 +172,41 @@ def build_queue(settings: Settings) -> WriteBehindQueue:
     return FileQueue(settings.data_dir / "queue")
 
 
+class DataDirLock:
+    """The embedded stores (qdrant-edge, the journal queue) are one process's: a second
+    memoryd on the same data directory is refused at once, in one line, before it loads
+    anything. An advisory lock (flock) on `<data_dir>/memoryd.lock`, dropped by the kernel
+    when the process ends however it ends."""
+
+    def __init__(self, data_dir: Path) -> None:
+        path = data_dir / "memoryd.lock"
+        self._file: IO[str] | None = path.open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().strip()
+            self._file.close()
+            self._file = None
+            raise StartupRefused(
+                f"the data directory {data_dir} is in use by another memoryd"
+                f"{f' (pid {holder})' if holder else ''}: stop it first, or give this one "
+                "its own MEMORYD_DATA_DIR"
+            ) from None
+        self._file.truncate(0)
+        self._file.write(f"{os.getpid()}\n")
+        self._file.flush()
+
+    async def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the file drops the lock
+            self._file = None
+
+
+def uses_embedded_stores(settings: Settings) -> bool:
+    return settings.vectors.backend == "edge" or not settings.redis_url
+
+
 async def build_app(
     settings: Settings,
     clock: Callable[[], float] = time.time,
@@ -173,6 +214,21 @@ async def build_app(
 ) -> App:
     """Open every store (off the event loop where it blocks) and wire the core."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    lock = DataDirLock(settings.data_dir) if uses_embedded_stores(settings) else None
+    try:
+        app = await _build_app(settings, clock, embedder)
+    except BaseException:
+        if lock is not None:
+            await lock.release()
+        raise
+    if lock is not None:
+        app.closers.append(lock.release)
+    return app
+
+
+async def _build_app(
+    settings: Settings, clock: Callable[[], float], embedder: Embedder | None
+) -> App:
     embedder = embedder or build_embedder(settings)
     vectors = await asyncio.to_thread(open_vectors, settings, embedder)
     hot = build_hot_store(settings)
@@ -229,7 +285,11 @@ async def build_app(
         maintenance_loop=MaintenanceLoop(
             maintenance.run_once, settings.retention.maintenance_interval_seconds
         ),
-        probes={"memoryd.hot_store": hot.ping, "memoryd.vector_store": vectors_up},
+        probes={
+            "memoryd.hot_store": hot.ping,
+            "memoryd.vector_store": vectors_up,
+            "memoryd.write_behind": copier.healthy,
+        },
         closers=[close_vectors, hot.close, queue.close],
         memory=memory,
         backups=backups,

@@ -56,7 +56,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         query = convert.export_query(request, self._calls.principal())
         counts = await self._engine.export_counts(query)
         yield pb.ExportResponse(
-            header=convert.export_header(query.scope.user_id, time.time(), counts)
+            header=convert.export_header(
+                query.scope.user_id, time.time(), counts, query.skipped_tiers
+            )
         )
         digest = hashlib.sha256()
         count = 0
@@ -75,6 +77,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         principal = self._calls.principal()
         limit = self._engine.max_import_items
         scope = None
+        auto_prune = False
         trailer: pb.ExportTrailer | None = None
         items: list[pb.MemoryItem] = []
         digest = hashlib.sha256()
@@ -82,6 +85,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
             if scope is None:
                 scope = convert.scope_from_proto(message.scope, principal)
                 self._engine.check_import_scope(scope)
+                auto_prune = message.auto_prune
             if trailer is not None:
                 raise InvalidArgument.of("trailer", "must be the last message of the stream")
             kind = message.WhichOneof("payload")
@@ -107,7 +111,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
                 "trailer.checksum_sha256", "does not match the items received; nothing was written"
             )
         records = [convert.record_from_item(item) for item in items]
-        result = await self._engine.import_records(scope, records)
+        result = await self._engine.import_records(scope, records, auto_prune)
         return pb.ImportResponse(
             imported_count=result.imported_count,
             skipped_count=result.skipped_count,
