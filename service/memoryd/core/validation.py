@@ -102,7 +102,8 @@ def check_filters(
     """Metadata equality filters: the metadata limits, and keys of the key alphabet."""
     check_metadata(v, field, filters, limits)
     for key in filters:
-        if key and not is_filter_key(key):
+        sized = 0 < utf8_len(key) <= limits.max_metadata_key_bytes  # else refused above
+        if sized and not is_filter_key(key):
             v.add(f"{field}[{key!r}]", f"keys must be {FILTER_KEY_RULE}")
 
 
