@@ -90,8 +90,13 @@ class ConversationCopier:
                 # No retry can copy an entry that does not parse: drop it (acked below)
                 # rather than let it block every message behind it.
                 log.error("dropping an unreadable write-behind entry %s: %r", entry.id, exc)
-        await self._long_term.add_messages(messages)
-        await self._queue.ack([e.id for e in entries])
+        ids = [e.id for e in entries]
+        try:
+            await self._long_term.add_messages(messages)
+            await self._queue.ack(ids)
+        except BaseException:
+            await self._queue.release(ids)  # copied again (idempotently) on the next try
+            raise
         return len(entries)
 
     async def drain(self, timeout_s: float = 30.0) -> None:

@@ -128,6 +128,10 @@ class RedisStreamQueue:
             await self._grouped(lambda: self._redis.xack(self._stream, _GROUP, *ids))
             await self._call(lambda: self._redis.xdel(self._stream, *ids))
 
+    async def release(self, ids: list[str]) -> None:
+        # They stay in our pending list: the next take reads that list first again.
+        self._backlog_done = False
+
     async def pending(self) -> int:
         info = await self._grouped(lambda: self._redis.xpending(self._stream, _GROUP))
         undelivered = 0
