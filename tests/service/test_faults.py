@@ -234,3 +234,28 @@ async def test_a_second_server_on_the_same_data_dir_is_refused_in_one_line(
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "start-up refused" in lines[0] and "in use" in lines[0]
+
+
+async def test_a_full_redis_refuses_hot_writes_as_unavailable_not_internal(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
+    """docs/operations.md advises `maxmemory-policy noeviction`: a full Redis then refuses
+    writes (OOM) rather than dropping sessions, and callers are told to retry."""
+    redis = RedisServer(tmp_path / "redis")
+    client = aioredis.Redis.from_url(redis.url)
+    try:
+        s = await start_server(redis_url=redis.url)
+        await client.config_set("maxmemory-policy", "noeviction")
+        await client.config_set("maxmemory", "1")  # already past it: every write is refused
+        task = scope(user_id, task_id="t", session_id="s")
+        for request in (
+            pb.AddRequest(scope=task, tier=WK, key="k", content="v"),
+            pb.AddRequest(scope=task, tier=ST, content="hello"),
+        ):
+            err = await rpc_error(s.stub.Add(request))
+            assert err.code() == grpc.StatusCode.UNAVAILABLE, err.details()
+        await client.config_set("maxmemory", "0")
+        await s.stub.Add(pb.AddRequest(scope=task, tier=WK, key="k", content="v"))
+    finally:
+        await client.aclose()
+        redis.stop()

@@ -11,6 +11,7 @@ that runs inside the call and sees its exceptions. `server.py` lists them outerm
 from __future__ import annotations
 
 import contextvars
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
@@ -124,7 +125,10 @@ class AroundCall(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         for behavior, make, requests_stream, responses_stream in kinds:
             if behavior is not None:
                 around = self._around_of(details, ours)
-                wrap = self._wrap_stream if responses_stream else self._wrap_unary
+                # A streaming handler may also be a coroutine writing with context.write
+                # (grpc_health's Watch): that one is wrapped like a unary one.
+                generates = responses_stream and inspect.isasyncgenfunction(behavior)
+                wrap = self._wrap_stream if generates else self._wrap_unary
                 return make(  # type: ignore[no-any-return]
                     wrap(behavior, around, check, requests_stream),
                     request_deserializer=_tolerant(handler.request_deserializer, details.method),

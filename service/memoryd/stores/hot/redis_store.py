@@ -15,6 +15,7 @@ from urllib.parse import quote, unquote
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memoryd.stores.hot.port import (
@@ -27,6 +28,7 @@ from memoryd.stores.hot.port import (
     TaskKey,
     WorkingEntry,
 )
+from memoryd.stores.redis_errors import redis_unavailable
 
 T = TypeVar("T")
 
@@ -196,6 +198,10 @@ class RedisHotStore:
             return await op()
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise HotStoreDown(f"redis at {self._safe_url()}: {exc}") from exc
+        except ResponseError as exc:
+            if redis_unavailable(exc):
+                raise HotStoreDown(f"redis at {self._safe_url()}: {exc}") from exc
+            raise
 
     def _safe_url(self) -> str:
         # Never echo a password back to callers.
