@@ -148,23 +148,32 @@ async def server_stream(call: Any, request: Any, read: int | None = None) -> grp
 
 
 async def client_stream(call: Any, requests: list[Any], cancel_after: int | None) -> Any:
-    """Send `requests`; with `cancel_after`, cancel the call after that many (an Import
-    abandoned halfway)."""
+    """Send `requests`; with `cancel_after`, cancel the call once that many are sent (an
+    Import abandoned halfway), unless the server has answered before."""
     sent = asyncio.Event()
 
     async def feed() -> AsyncIterator[Any]:
         for n, request in enumerate(requests):
-            if cancel_after is not None and n == cancel_after:
+            if n == cancel_after:
                 sent.set()
                 await asyncio.sleep(3600)  # the call is cancelled while waiting here
             yield request
 
     stream = call(feed(), timeout=TIMEOUT_S)
-    try:
-        if cancel_after is not None and cancel_after < len(requests):
-            await sent.wait()
+
+    async def answer() -> Any:
+        return await stream
+
+    answered = asyncio.create_task(answer())
+    if cancel_after is not None and cancel_after < len(requests):
+        # The server may refuse a message and end the call before `cancel_after` is sent.
+        waiting = asyncio.create_task(sent.wait())
+        await asyncio.wait({answered, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if not answered.done():
             stream.cancel()
-        await stream
+    try:
+        await answered
     except grpc.aio.AioRpcError as err:
         if write_after_the_end(err):
             return grpc.StatusCode.CANCELLED

@@ -97,6 +97,7 @@ def test_sigterm_turns_not_serving_then_stops_gracefully(tmp_path: Path) -> None
     port = free_port()
     env = {**os.environ, "MEMORYD_LISTEN": f"127.0.0.1:{port}", "MEMORYD_DATA_DIR": str(tmp_path)}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "service")
+    env.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)  # the server must silence the bar itself
     proc = subprocess.Popen(
         [sys.executable, "-m", "memoryd", "serve"], env=env, stderr=subprocess.PIPE, text=True
     )
@@ -109,6 +110,7 @@ def test_sigterm_turns_not_serving_then_stops_gracefully(tmp_path: Path) -> None
             proc.kill()
     log = proc.stderr.read() if proc.stderr else ""
     assert "signal received" in log and "memoryd stopped" in log
+    assert "\r" not in log and "it/s" not in log  # no progress bar in a server's log
 
 
 def _wait_serving(port: int, proc: subprocess.Popen[str]) -> bool:
