@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from conftest import RunningServer
-from fuzz.strategies import USERS, hand_encoded, mangled, messages
+from fuzz.strategies import USERS, adds, hand_encoded, import_items, mangled, messages
 from memoryd.app import build_app
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.port import Embedder
@@ -195,7 +195,10 @@ UNARY = [m.name for m in SERVICE.methods if not m.client_streaming and not m.ser
 async def test_hostile_unary_requests(
     fuzzed: Fuzzed, no_errors_logged: None, method: str, data: st.DataObject
 ) -> None:
-    request = data.draw(messages(METHODS[method].input_type), label="request")
+    requests = messages(METHODS[method].input_type)
+    if method == "Add":  # most Adds should land, to fill the tiers the other RPCs read
+        requests = st.one_of(adds(), adds(), requests)
+    request = data.draw(requests, label="request")
     await unary(getattr(fuzzed.stub, method), request)
     await fuzzed.assert_serving()
 
@@ -217,8 +220,9 @@ async def test_hostile_export_requests_read_whole_or_closed_early(
 @st.composite
 def import_streams(draw: st.DrawFn) -> list[pb.ImportRequest]:
     """Anything at all, or a well-formed stream (scope, items, a matching trailer) whose
-    items are hostile, so that the items' own checks are reached."""
-    items = draw(st.lists(messages(pb.MemoryItem.DESCRIPTOR), max_size=5))
+    items are plausible or hostile, so that the items' own checks and quotas are reached."""
+    item = st.one_of(import_items(), messages(pb.MemoryItem.DESCRIPTOR))
+    items = draw(st.lists(item, max_size=5))
     if draw(st.booleans()):
         return draw(st.lists(messages(pb.ImportRequest.DESCRIPTOR), max_size=6))
     digest = hashlib.sha256()
