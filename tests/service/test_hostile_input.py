@@ -28,6 +28,12 @@ LT, SD = pb.TIER_LONG_TERM, pb.TIER_STRUCTURED
 MAX_SECONDS, MAX_NANOS = 253_402_300_799, 999_999_999
 
 
+@pytest.fixture
+async def server(start_server: ServerFactory) -> RunningServer:
+    """One server (in-process hot store): what is checked here is the same on both."""
+    return await start_server()
+
+
 @pytest.fixture(params=["edge", "qdrant_client_local"])
 async def vec(request: pytest.FixtureRequest, start_server: ServerFactory) -> RunningServer:
     """A server on each vector adapter: a filter must mean the same on both."""
@@ -55,37 +61,37 @@ def import_stream(user: str, items: list[pb.MemoryItem]) -> Iterator[pb.ImportRe
 
 
 async def test_a_time_past_the_timestamp_range_is_refused(
-    memoryd: RunningServer, user_id: str
+    server: RunningServer, user_id: str
 ) -> None:
     for ts in (Timestamp(seconds=MAX_SECONDS + 1), Timestamp(seconds=-62_135_596_801)):
         request = pb.AddRequest(scope=scope(user_id), tier=LT, content="x", expires_at=ts)
-        err = await rpc_error(memoryd.stub.Add(request))
+        err = await rpc_error(server.stub.Add(request))
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert bad_request_fields(err) == ["expires_at"]
     bad_nanos = Timestamp(seconds=2_000_000_000, nanos=-1)
     request = pb.AddRequest(scope=scope(user_id), tier=LT, content="x", expires_at=bad_nanos)
-    assert bad_request_fields(await rpc_error(memoryd.stub.Add(request))) == ["expires_at"]
-    assert await export_items(memoryd, user_id) == []
+    assert bad_request_fields(await rpc_error(server.stub.Add(request))) == ["expires_at"]
+    assert await export_items(server, user_id) == []
 
 
 async def test_the_last_representable_instant_is_accepted_and_read_back(
-    memoryd: RunningServer, user_id: str
+    server: RunningServer, user_id: str
 ) -> None:
     last = Timestamp(seconds=MAX_SECONDS, nanos=MAX_NANOS)
-    added = await memoryd.stub.Add(
+    added = await server.stub.Add(
         pb.AddRequest(scope=scope(user_id), tier=LT, content="Kept until the end", expires_at=last)
     )
-    reply = await memoryd.stub.Retrieve(pb.RetrieveRequest(scope=scope(user_id), tiers=[LT]))
+    reply = await server.stub.Retrieve(pb.RetrieveRequest(scope=scope(user_id), tiers=[LT]))
     [item] = reply.items
     assert item.id == added.memory_id
     # Kept as a float, it rounds past the range; it comes back as the last instant.
     assert (item.expires_at.seconds, item.expires_at.nanos) == (MAX_SECONDS, MAX_NANOS)
-    [exported] = await export_items(memoryd, user_id)
+    [exported] = await export_items(server, user_id)
     assert exported.expires_at == item.expires_at
 
 
 async def test_a_user_with_a_stored_out_of_range_time_can_still_read_and_export(
-    memoryd: RunningServer, user_id: str
+    server: RunningServer, user_id: str
 ) -> None:
     """Written before out-of-range times were refused: clamped on the way out."""
     owner = Scope(tenant="default", user_id=user_id)
@@ -99,16 +105,16 @@ async def test_a_user_with_a_stored_out_of_range_time_can_still_read_and_export(
         expires_at=1e15,
     )
     payload = to_payload(record, owner, content_hash(owner, Tier.LONG_TERM, "", "x"), 1024)
-    vector = [1.0] + [0.0] * (memoryd.app.vectors.dim - 1)
-    memoryd.app.vectors.upsert([VectorPoint(record.id, vector, None, payload)])
+    vector = [1.0] + [0.0] * (server.app.vectors.dim - 1)
+    server.app.vectors.upsert([VectorPoint(record.id, vector, None, payload)])
 
-    reply = await memoryd.stub.Retrieve(pb.RetrieveRequest(scope=scope(user_id), tiers=[LT]))
+    reply = await server.stub.Retrieve(pb.RetrieveRequest(scope=scope(user_id), tiers=[LT]))
     assert [i.expires_at.seconds for i in reply.items] == [MAX_SECONDS]
-    assert [i.id for i in await export_items(memoryd, user_id)] == [record.id]
+    assert [i.id for i in await export_items(server, user_id)] == [record.id]
 
 
 async def test_an_import_with_a_time_past_the_range_writes_nothing(
-    memoryd: RunningServer, user_id: str
+    server: RunningServer, user_id: str
 ) -> None:
     good = pb.MemoryItem(id=str(uuid.uuid4()), tier=LT, kind=pb.KIND_NOTE, content="fine")
     bad = pb.MemoryItem(
@@ -118,10 +124,10 @@ async def test_an_import_with_a_time_past_the_range_writes_nothing(
         content="from the far future",
         created_at=Timestamp(seconds=MAX_SECONDS + 1),
     )
-    err = await rpc_error(memoryd.stub.Import(import_stream(user_id, [good, bad])))
+    err = await rpc_error(server.stub.Import(import_stream(user_id, [good, bad])))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert bad_request_fields(err) == ["item.created_at"]
-    assert await export_items(memoryd, user_id) == []
+    assert await export_items(server, user_id) == []
 
 
 # --------------------------------------------------------------------------- documents
@@ -136,10 +142,10 @@ LONE_SURROGATES = [
 
 @pytest.mark.parametrize("document", LONE_SURROGATES)
 async def test_a_lone_surrogate_in_a_document_is_refused(
-    memoryd: RunningServer, user_id: str, document: str
+    server: RunningServer, user_id: str, document: str
 ) -> None:
     err = await rpc_error(
-        memoryd.stub.Add(pb.AddRequest(scope=scope(user_id), tier=SD, document_json=document))
+        server.stub.Add(pb.AddRequest(scope=scope(user_id), tier=SD, document_json=document))
     )
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert bad_request_fields(err) == ["document_json"]
@@ -147,23 +153,23 @@ async def test_a_lone_surrogate_in_a_document_is_refused(
 
 
 async def test_a_surrogate_pair_escape_is_a_character_and_accepted(
-    memoryd: RunningServer, user_id: str
+    server: RunningServer, user_id: str
 ) -> None:
     document = '{"mood": "\\ud83d\\ude00"}'
-    await memoryd.stub.Add(pb.AddRequest(scope=scope(user_id), tier=SD, document_json=document))
-    [item] = await export_items(memoryd, user_id)
+    await server.stub.Add(pb.AddRequest(scope=scope(user_id), tier=SD, document_json=document))
+    [item] = await export_items(server, user_id)
     assert item.document_json == document and "mood: \U0001f600" in item.content
 
 
 async def test_an_imported_document_with_a_lone_surrogate_writes_nothing(
-    memoryd: RunningServer, user_id: str
+    server: RunningServer, user_id: str
 ) -> None:
     item = pb.MemoryItem(
         id=str(uuid.uuid4()), tier=SD, kind=pb.KIND_DOCUMENT, document_json=LONE_SURROGATES[0]
     )
-    err = await rpc_error(memoryd.stub.Import(import_stream(user_id, [item])))
+    err = await rpc_error(server.stub.Import(import_stream(user_id, [item])))
     assert bad_request_fields(err) == ["item.document_json"]
-    assert await export_items(memoryd, user_id) == []
+    assert await export_items(server, user_id) == []
 
 
 # --------------------------------------------------------------------------- filter keys
@@ -171,16 +177,16 @@ async def test_an_imported_document_with_a_lone_surrogate_writes_nothing(
 
 @pytest.mark.parametrize("key", ["a b", 'a"b', "a\\b", "a[0]", "", "x" * 65, "ключ?"])
 async def test_a_filter_key_outside_the_key_alphabet_is_refused(
-    memoryd: RunningServer, user_id: str, key: str
+    server: RunningServer, user_id: str, key: str
 ) -> None:
     retrieve = pb.RetrieveRequest(scope=scope(user_id), tiers=[LT], filters={key: "1"})
-    err = await rpc_error(memoryd.stub.Retrieve(retrieve))
+    err = await rpc_error(server.stub.Retrieve(retrieve))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert bad_request_fields(err) == [f"filters[{key!r}]"]
     prune = pb.PruneRequest(
         scope=scope(user_id), tiers=[LT], strategy=pb.PRUNE_STRATEGY_BY_FILTER, filters={key: "1"}
     )
-    assert (await rpc_error(memoryd.stub.Prune(prune))).code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (await rpc_error(server.stub.Prune(prune))).code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 async def test_filter_keys_are_literal_never_paths(vec: RunningServer, user_id: str) -> None:
@@ -235,11 +241,20 @@ def assert_malformed(err: grpc.aio.AioRpcError) -> None:
     assert bad_request_fields(err) == ["request"]
 
 
-@pytest.mark.parametrize("raw", UNDECODABLE.values(), ids=UNDECODABLE.keys())
 async def test_undecodable_request_bytes_are_invalid_argument_on_every_rpc(
-    memoryd: RunningServer, raw: bytes
+    server: RunningServer,
 ) -> None:
-    channel = memoryd.channel
+    for raw in UNDECODABLE.values():
+        await answered_malformed(server.channel, raw)
+    health = await server.channel.unary_unary(
+        "/grpc.health.v1.Health/Check",
+        request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+        response_deserializer=health_pb2.HealthCheckResponse.FromString,
+    )(health_pb2.HealthCheckRequest())
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def answered_malformed(channel: grpc.aio.Channel, raw: bytes) -> None:
     for method in UNARY:
         call = channel.unary_unary(f"/memoryd.v1.MemoryService/{method}")
         assert_malformed(await rpc_error(call(raw)))
@@ -255,27 +270,21 @@ async def test_undecodable_request_bytes_are_invalid_argument_on_every_rpc(
         async for _ in watch(raw):
             pass
     assert_malformed(caught.value)
-    health = await channel.unary_unary(
-        "/grpc.health.v1.Health/Check",
-        request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
-        response_deserializer=health_pb2.HealthCheckResponse.FromString,
-    )(health_pb2.HealthCheckRequest())
-    assert health.status == health_pb2.HealthCheckResponse.SERVING
 
 
 async def test_a_field_sent_with_another_wire_type_is_skipped_as_an_unknown_field(
-    memoryd: RunningServer,
+    server: RunningServer,
 ) -> None:
     """Protobuf parsers keep a known field number with the wrong (valid) wire type as an
     unknown field: the request decodes without its scope, which is then what is missing."""
-    call = memoryd.channel.unary_unary("/memoryd.v1.MemoryService/Usage")
+    call = server.channel.unary_unary("/memoryd.v1.MemoryService/Usage")
     err = await rpc_error(call(b"\x08\x01"))  # field 1 (scope, a message) as a varint
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert bad_request_fields(err) == ["scope.user_id"]
 
 
 async def test_an_undecodable_message_inside_an_import_stream_writes_nothing(
-    memoryd: RunningServer, user_id: str
+    server: RunningServer, user_id: str
 ) -> None:
     item = pb.MemoryItem(id=str(uuid.uuid4()), tier=LT, kind=pb.KIND_NOTE, content="fine")
 
@@ -286,9 +295,9 @@ async def test_an_undecodable_message_inside_an_import_stream_writes_nothing(
         trailer = pb.ExportTrailer(item_count=1)
         yield pb.ImportRequest(trailer=trailer).SerializeToString()
 
-    call = memoryd.channel.stream_unary("/memoryd.v1.MemoryService/Import")
+    call = server.channel.stream_unary("/memoryd.v1.MemoryService/Import")
     assert_malformed(await rpc_error(call(stream())))
-    assert await export_items(memoryd, user_id) == []
+    assert await export_items(server, user_id) == []
 
 
 async def test_undecodable_requests_log_one_rate_limited_line_and_no_traceback(
@@ -308,8 +317,8 @@ async def test_undecodable_requests_log_one_rate_limited_line_and_no_traceback(
 
 def test_a_rate_limited_line_counts_what_it_held_back(caplog: pytest.LogCaptureFixture) -> None:
     now = [0.0]
-    limited = EveryFewSeconds(logging.getLogger("memoryd.test"), 10.0, clock=lambda: now[0])
-    with caplog.at_level(logging.WARNING, logger="memoryd.test"):
+    limited = EveryFewSeconds(logging.getLogger("server.test"), 10.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="server.test"):
         logged = [limited.warning("bad %s", n) for n in range(5)]
         now[0] = 10.0
         logged.append(limited.warning("bad %s", 5))

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+import pytest
 
-from conftest import RunningServer
+from conftest import RunningServer, ServerFactory
 from memoryd.v1 import memory_pb2 as pb
 from rpc import rpc_error, scope
 
@@ -16,6 +17,11 @@ WK, ST, LT, PE = pb.TIER_WORKING, pb.TIER_SHORT_TERM, pb.TIER_LONG_TERM, pb.TIER
 EP, SD = pb.TIER_EPISODIC, pb.TIER_STRUCTURED
 APOLLO = {"project": "apollo"}
 GEMINI = {"project": "gemini"}
+
+
+@pytest.fixture
+async def server(start_server: ServerFactory) -> RunningServer:
+    return await start_server()
 
 
 async def add(s: RunningServer, sc: pb.Scope, tier: int, **kw: Any) -> str:
@@ -62,11 +68,11 @@ async def test_by_filter_with_no_tier_named_prunes_every_tier(
 
 
 async def test_a_scope_naming_a_task_narrows_the_hot_tiers_to_it(
-    memoryd: RunningServer, user_id: str
+    server: RunningServer, user_id: str
 ) -> None:
     for task in ("t1", "t2"):
-        await add(memoryd, scope(user_id, task_id=task), WK, key="k", content="v", metadata=APOLLO)
-    reply = await memoryd.stub.Prune(
+        await add(server, scope(user_id, task_id=task), WK, key="k", content="v", metadata=APOLLO)
+    reply = await server.stub.Prune(
         pb.PruneRequest(
             scope=scope(user_id, task_id="t1"),
             strategy=pb.PRUNE_STRATEGY_BY_FILTER,
@@ -74,45 +80,45 @@ async def test_a_scope_naming_a_task_narrows_the_hot_tiers_to_it(
         )
     )
     assert {c.tier: c.count for c in reply.per_tier}[WK] == 1
-    assert await listing(memoryd, scope(user_id, task_id="t2"), WK) == ["v"]
+    assert await listing(server, scope(user_id, task_id="t2"), WK) == ["v"]
 
 
 async def test_oldest_percent_and_expired_with_no_tier_named_prune_the_vector_tiers(
-    memoryd: RunningServer, user_id: str
+    server: RunningServer, user_id: str
 ) -> None:
     usc = scope(user_id)
     for n in range(4):
-        await add(memoryd, usc, LT, content=f"Memory number {n} about topic {n}")
-    await add(memoryd, usc, SD, document_json='{"a": 1}')
-    await add(memoryd, usc, SD, document_json='{"a": 2}')
+        await add(server, usc, LT, content=f"Memory number {n} about topic {n}")
+    await add(server, usc, SD, document_json='{"a": 1}')
+    await add(server, usc, SD, document_json='{"a": 2}')
 
-    dry = await memoryd.stub.Prune(
+    dry = await server.stub.Prune(
         pb.PruneRequest(
             scope=usc, strategy=pb.PRUNE_STRATEGY_OLDEST_PERCENT, percent=50, dry_run=True
         )
     )
     assert {c.tier: c.count for c in dry.per_tier} == {WK: 0, ST: 0, LT: 2, PE: 0, EP: 0, SD: 1}
-    assert len(await listing(memoryd, usc, LT)) == 4  # dry_run changed nothing
+    assert len(await listing(server, usc, LT)) == 4  # dry_run changed nothing
 
-    done = await memoryd.stub.Prune(
+    done = await server.stub.Prune(
         pb.PruneRequest(scope=usc, strategy=pb.PRUNE_STRATEGY_OLDEST_PERCENT, percent=50)
     )
     assert done.deleted_count == 3
-    assert await listing(memoryd, usc, LT) == [
+    assert await listing(server, usc, LT) == [
         "Memory number 2 about topic 2",
         "Memory number 3 about topic 3",
     ]
-    expired = await memoryd.stub.Prune(
+    expired = await server.stub.Prune(
         pb.PruneRequest(scope=usc, strategy=pb.PRUNE_STRATEGY_EXPIRED)
     )
     assert expired.deleted_count == 0 and len(expired.per_tier) == 6
 
 
 async def test_a_strategy_still_needs_its_own_arguments(
-    memoryd: RunningServer, user_id: str
+    server: RunningServer, user_id: str
 ) -> None:
     err = await rpc_error(
-        memoryd.stub.Prune(
+        server.stub.Prune(
             pb.PruneRequest(scope=scope(user_id), strategy=pb.PRUNE_STRATEGY_BY_FILTER)
         )
     )

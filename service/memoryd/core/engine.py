@@ -191,10 +191,10 @@ class MemoryEngine:
             *(h.retrieve(query, top_k) for h in handlers), return_exceptions=True
         )
         found = _reachable(list(zip(tiers, answers, strict=True)), skipped)
-        for handler, hits in zip([self._tier(t) for t in found], found.values(), strict=True):
+        for tier, hits in found.items():
             total += hits.total
             embedding_ms += hits.embedding_ms
-            if spec(handler.tier).first_in_retrieval:
+            if spec(tier).first_in_retrieval:
                 working.extend(hits.items)
             else:
                 ranked.append(hits.items)

@@ -6,6 +6,9 @@ method handler itself, not the continuation, because in grpc.aio that is the onl
 that runs inside the call and sees its exceptions. `server.py` lists them outermost first:
 
     errors (domain error -> status) -> identity (principal) -> servicer
+
+The base class also makes every service's request decoding tolerant (Health's included):
+undecodable bytes are answered INVALID_ARGUMENT "malformed request", never UNKNOWN.
 """
 
 from __future__ import annotations
