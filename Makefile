@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test test-unit install redis gen gen-clients clients-deps test-clients docs lint format eval clean
+.PHONY: run test test-unit install redis gen gen-clients clients-deps test-clients docs lint format eval fuzz clean
 
 run: install
 	$(VENV)/bin/memoryd serve
@@ -43,6 +43,17 @@ redis:
 eval: install
 	PYTHONPATH=service $(PY) evals/run_eval.py
 	PYTHONPATH=service $(PY) evals/run_longconv.py --min-recall 0.55
+
+# The fuzz and fault suites at length (`make test` runs them briefly, on a fixed seed): a new
+# seed per run unless MEMORYD_FUZZ_SEED is given; a failure prints the seed to rerun it.
+FUZZ_EXAMPLES ?= 2000
+CRASH_ROUNDS ?= 20
+fuzz: install redis
+	seed=$${MEMORYD_FUZZ_SEED:-$$(date +%s)}; echo "fuzz seed $$seed"; \
+	MEMORYD_FUZZ_SEED=$$seed MEMORYD_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+	MEMORYD_CRASH_ROUNDS=$(CRASH_ROUNDS) $(PY) -m pytest -p no:cacheprovider \
+	  tests/fuzz tests/service/test_hostile_input.py tests/service/test_faults.py \
+	  tests/service/test_crash_recovery.py || { echo "fuzz seed was $$seed"; exit 1; }
 
 gen: install
 	PYTHON=$(PY) bash scripts/gen_stubs.sh

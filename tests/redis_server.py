@@ -1,4 +1,9 @@
-"""A private redis-server for tests: its own port and directory, never the machine's 6379."""
+"""A private redis-server for tests: its own port and directory, never the machine's 6379.
+
+Fault tests kill it (SIGKILL) and start it again on the same port, with the data it had
+persisted (append-only file, `appendfsync everysec` as docs/operations.md advises) or
+without any.
+"""
 
 from __future__ import annotations
 
@@ -16,35 +21,45 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(
+        self, directory: Path, port: int | None = None, *, appendonly: bool = False
+    ) -> None:
         """`port`: that of a server stopped before, to start it again at the same address."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (make test installs it)")
+        self._binary = binary
+        self._dir = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self._appendonly = appendonly
         self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self._proc = subprocess.Popen(
+        self._proc = self._start()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        persistence = ["--appendonly", "yes", "--appendfsync", "everysec"]
+        proc = subprocess.Popen(
             [
-                binary,
+                self._binary,
                 "--port",
                 str(self.port),
                 "--bind",
                 "127.0.0.1",
                 "--dir",
-                str(directory),
+                str(self._dir),
                 "--save",
                 "",
-                "--appendonly",
-                "no",
+                *(persistence if self._appendonly else ["--appendonly", "no"]),
                 "--protected-mode",
                 "yes",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self._wait_ready()
+        self._wait_ready(proc)
+        return proc
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -54,8 +69,24 @@ class RedisServer:
                         return
             except OSError:
                 time.sleep(0.02)
-        self.stop()
+        proc.kill()
+        proc.wait(timeout=10)
         raise RuntimeError("private redis-server did not start")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown save, no last fsync; what the OS already has survives."""
+        self._proc.kill()
+        self._proc.wait(timeout=10)
+
+    def restart(self, *, keep_data: bool) -> None:
+        """Start again on the same port, with its persisted data or (a fresh node, a
+        fail-over to an empty replica) none."""
+        if self._proc.poll() is None:
+            self.kill()
+        if not keep_data:
+            shutil.rmtree(self._dir / "appendonlydir", ignore_errors=True)
+            (self._dir / "dump.rdb").unlink(missing_ok=True)
+        self._proc = self._start()
 
     def stop(self) -> None:
         self._proc.terminate()

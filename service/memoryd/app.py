@@ -4,10 +4,15 @@ call it; every other module receives what it needs as arguments."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
 
 from memoryd.core.engine import MemoryEngine
 from memoryd.core.lifecycle.cold_archive import ColdArchive
@@ -48,7 +53,7 @@ from memoryd.stores.queue.port import WriteBehindQueue
 from memoryd.stores.ratelimit.memory_buckets import InProcessBuckets
 from memoryd.stores.ratelimit.port import TokenBuckets
 from memoryd.stores.ratelimit.redis_buckets import RedisBuckets
-from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore
+from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore, VectorStoreError
 from memoryd.transport.telemetry import Telemetry
 from memoryd.transport.tracing import TracingUnavailable
 
@@ -137,6 +142,8 @@ def open_vector_store(settings: Settings, dim: int) -> VectorStore:
             f"the vector store cannot be used with embedder dimension {dim}: {exc}. "
             "Run `memoryd reindex` to re-embed it with the configured embedder."
         ) from exc
+    except VectorStoreError as exc:
+        raise StartupRefused(f"the vector store cannot be opened: {exc}") from exc
 
 
 def check_embedder_matches(store: VectorStore, embedder: Embedder) -> None:
@@ -241,7 +248,6 @@ def build_lease(settings: Settings) -> tuple[Lease, Callable[[], Awaitable[None]
     None without Redis (a replica alone)."""
     if not settings.redis_url:
         return None
-    import socket
     import uuid
 
     from memoryd.stores.lease.redis_lease import RedisLease
@@ -258,6 +264,41 @@ def build_queue(settings: Settings) -> WriteBehindQueue:
     return queue_adapters.ADAPTERS[queue_adapters.adapter_name(settings)](settings)
 
 
+class DataDirLock:
+    """The embedded stores (qdrant-edge, the journal queue) are one process's: a second
+    memoryd on the same data directory is refused at once, in one line, before it loads
+    anything. An advisory lock (flock) on `<data_dir>/memoryd.lock`, dropped by the kernel
+    when the process ends however it ends."""
+
+    def __init__(self, data_dir: Path) -> None:
+        path = data_dir / "memoryd.lock"
+        self._file: IO[str] | None = path.open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.seek(0)
+            holder = self._file.read().strip()
+            self._file.close()
+            self._file = None
+            raise StartupRefused(
+                f"the data directory {data_dir} is in use by another memoryd"
+                f"{f' (pid {holder})' if holder else ''}: stop it first, or give this one "
+                "its own MEMORYD_DATA_DIR"
+            ) from None
+        self._file.truncate(0)
+        self._file.write(f"{os.getpid()}\n")
+        self._file.flush()
+
+    async def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the file drops the lock
+            self._file = None
+
+
+def uses_embedded_stores(settings: Settings) -> bool:
+    return settings.vectors.backend == "edge" or not settings.redis_url
+
+
 async def build_app(
     settings: Settings,
     clock: Callable[[], float] = time.time,
@@ -266,6 +307,24 @@ async def build_app(
 ) -> App:
     """Open every store (off the event loop where it blocks) and wire the core."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    lock = DataDirLock(settings.data_dir) if uses_embedded_stores(settings) else None
+    try:
+        app = await _build_app(settings, clock, embedder, telemetry)
+    except BaseException:
+        if lock is not None:
+            await lock.release()
+        raise
+    if lock is not None:
+        app.closers.insert(0, lock.release)  # closers run in reverse: the lock goes last
+    return app
+
+
+async def _build_app(
+    settings: Settings,
+    clock: Callable[[], float],
+    embedder: Embedder | None,
+    telemetry: Telemetry | None,
+) -> App:
     if telemetry is None:
         try:
             telemetry = Telemetry.from_settings(settings)
@@ -357,7 +416,11 @@ async def build_app(
             first=maintenance.survey,  # the storage metrics, without waiting an interval
             lease=lease[0] if lease else None,
         ),
-        probes={HOT_PROBE: hot.ping, VECTOR_PROBE: vectors_up},
+        probes={
+            HOT_PROBE: hot.ping,
+            VECTOR_PROBE: vectors_up,
+            "memoryd.write_behind": copier.healthy,
+        },
         closers=[
             telemetry.close,
             close_vectors,

@@ -400,6 +400,11 @@ class WriteBehindSettings(BaseModel):
 
     batch_size: int = Field(64, ge=1, description="Messages copied to long-term per batch")
     retry_seconds: float = Field(1.0, gt=0, description="Wait before retrying a failed copy")
+    stuck_after_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="Health turns NOT_SERVING when copying has failed for this long",
+    )
 
 
 class BackupSettings(BaseModel):

@@ -192,16 +192,6 @@ async def test_a_message_queued_before_erasure_is_not_copied_back_after_it(
     assert await everything(s, user_id) == []
 
 
-async def test_erasure_of_one_tier_strategy_other_than_all_stays_unimplemented(
-    start_server: ServerFactory, user_id: str
-) -> None:
-    s = await start_server()
-    with pytest.raises(Exception, match="name the tiers"):
-        await s.stub.Prune(
-            pb.PruneRequest(scope=scope(user_id), strategy=pb.PRUNE_STRATEGY_EXPIRED)
-        )
-
-
 def backup_lines(path: Path) -> list[dict[str, Any]]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]

@@ -95,6 +95,7 @@ def test_sigterm_turns_not_serving_then_stops_gracefully(tmp_path: Path) -> None
     # This checkout's server and client packages (the CLI imports the client).
     root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = os.pathsep.join(str(root / d) for d in ("service", "clients/python"))
+    env.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)  # the server must silence the bar itself
     proc = subprocess.Popen(
         [sys.executable, "-m", "memoryd", "serve"], env=env, stderr=subprocess.PIPE, text=True
     )
@@ -107,6 +108,7 @@ def test_sigterm_turns_not_serving_then_stops_gracefully(tmp_path: Path) -> None
             proc.kill()
     log = proc.stderr.read() if proc.stderr else ""
     assert "signal received" in log and "memoryd stopped" in log
+    assert "\r" not in log and "it/s" not in log  # no progress bar in a server's log
 
 
 def _wait_serving(port: int, proc: subprocess.Popen[str]) -> bool:

@@ -4,6 +4,7 @@ stream) behaves the same."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -180,3 +181,43 @@ async def test_a_torn_last_line_is_ignored(tmp_path: Path) -> None:
     again = FileQueue(tmp_path)
     assert [e.body for e in await again.take(10, wait_s=0.05)] == [{"n": 1}, {"n": 3}]
     await again.close()
+
+
+async def test_released_entries_are_handed_out_again_at_once(open_queue: Opener) -> None:
+    """The copy of a batch failed (a store was down): it is retried now, not after a
+    restart."""
+    queue = await open_queue()
+    for n in range(3):
+        await queue.put({"n": n})
+    failed = await queue.take(2, wait_s=0.1)
+    await queue.release([e.id for e in failed])
+    seen: list[int] = []
+    while batch := await queue.take(10, wait_s=0.1):
+        seen += [e.body["n"] for e in batch]
+        await queue.ack([e.id for e in batch])
+    assert sorted(seen) == [0, 1, 2]
+    assert await queue.pending() == 0
+
+
+@pytest.mark.parametrize("lost", ["flushall", "group_destroyed"])
+async def test_a_redis_stream_that_lost_its_group_carries_on(tmp_path: Path, lost: str) -> None:
+    """Redis restarted without its data (or FLUSHALL, or a fail-over to a fresh node):
+    the consumer group is created again and entries put afterwards are handed out."""
+    redis = RedisServer(tmp_path)  # a private one: it is flushed
+    client = aioredis.Redis.from_url(redis.url)
+    stream = f"test:wb:{uuid.uuid4().hex}"
+    queue = RedisStreamQueue(client, consumer="replica-1", stream=stream)
+    await queue.put({"n": 0})
+    await queue.ack([e.id for e in await queue.take(10, wait_s=0.1)])
+    if lost == "flushall":
+        await client.flushall()
+    else:
+        await client.xgroup_destroy(stream, "memoryd")
+    await queue.put({"n": 1})
+    assert await queue.pending() == 1
+    taken = await queue.take(10, wait_s=0.1)
+    assert [e.body for e in taken] == [{"n": 1}]
+    await queue.ack([e.id for e in taken])
+    assert await queue.pending() == 0
+    await client.aclose()
+    redis.stop()

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,6 +28,8 @@ from memoryd.core.models import ExportQuery, MemoryRecord, Scope
 from memoryd.core.tiers.registry import backed_up_tiers
 from memoryd.stores.backup.port import BackupStore
 from memoryd.transport import convert, export_stream
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = "1"
 _WRITE_BATCH = 256
@@ -44,6 +47,8 @@ class BackupReport:
     users: int = 0
     items: int = 0
     days_deleted: int = 0
+    # "tenant/user" of the users whose backup failed (each logged with its reason).
+    failed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -108,9 +113,18 @@ async def backup(
     users = sorted(owners)
     for tenant, user_id in users:
         scope = Scope(tenant=tenant, user_id=user_id)
-        report.items += await _backup_user(engine, store, report.day, scope, now)
-        report.users += 1
-        progress(report.users, len(users))
+        try:
+            report.items += await _backup_user(engine, store, report.day, scope, now)
+        except Exception as exc:
+            # One user's bad record (or a failing store) must not cost every later user
+            # their backup: note it, go on, and let the command's exit status say so.
+            log.error(
+                "backup of user %s/%s failed: %s: %s", tenant, user_id, type(exc).__name__, exc
+            )
+            report.failed.append(f"{tenant}/{user_id}")
+        else:
+            report.users += 1
+        progress(report.users + len(report.failed), len(users))
     oldest_kept = day_of(now - timedelta(days=retention_days).total_seconds())
     for day in await asyncio.to_thread(store.days):
         if day < oldest_kept:
@@ -136,7 +150,10 @@ def _parse(lines: Sequence[str]) -> tuple[Scope, list[MemoryRecord]]:
         items = receiver.finish().items
     except InvalidArgument as exc:
         raise BackupCorrupt(f"incomplete or damaged: {exc}") from exc
-    return scope, [convert.record_from_item(i) for i in items]
+    try:
+        return scope, [convert.record_from_item(i) for i in items]
+    except InvalidArgument as exc:
+        raise BackupCorrupt(f"an item cannot be restored: {exc}") from exc
 
 
 def _read_all(store: BackupStore, day: str, name: str) -> list[str]:

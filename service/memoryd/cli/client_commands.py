@@ -144,6 +144,8 @@ def run_client_command(args: argparse.Namespace) -> int | None:
         details = err.details() if isinstance(err, grpc.Call) else str(err)
         print(f"memoryd {command}: {code.name}: {details}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # stdout's reader went away: `main` ends quietly
     except (_Failed, OSError) as err:
         print(f"memoryd {command}: {err}", file=sys.stderr)
         return 1

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -82,6 +84,13 @@ async def _backup(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         await app.close()
     audit_local(settings, "backup", {"event": "backup", "day": report.day, "users": report.users})
+    if report.failed:
+        print(
+            f"backup: {len(report.failed):,} users could not be backed up (see the log): "
+            + ", ".join(report.failed),
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -152,6 +161,20 @@ async def _serve(settings: Settings) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        rc = _main(argv)
+        sys.stdout.flush()  # now, so that a closed pipe is reported here, not at exit
+        return rc
+    except BrokenPipeError:
+        # Whoever read stdout stopped (`memoryd usage | head -3`): nothing is wrong and
+        # nothing is left to say. Point stdout at /dev/null so exit's flush is quiet too.
+        # (A stdout that is no file, as when captured, has nothing to flush.)
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if (rc := run_client_command(args)) is not None:
         return rc
@@ -164,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.log_level, settings.log_format)
     if args.command == "keys":
         return run_keys_command(args, settings)
-    if args.command != "serve":
-        progress.quiet_library_bars(not getattr(args, "no_progress", False))
+    # A server's stderr is its log: no progress bar (the model loader's) belongs there.
+    progress.quiet_library_bars(args.command != "serve" and not getattr(args, "no_progress", False))
     try:
         if args.command == "serve":
             asyncio.run(_serve(settings))

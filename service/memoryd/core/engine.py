@@ -6,13 +6,15 @@ import asyncio
 import heapq
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from typing import TypeVar
 
 from memoryd.core.errors import (
     FieldViolation,
     InvalidArgument,
     MemorydError,
     QuotaExceeded,
+    StoreUnavailable,
     Unimplemented,
 )
 from memoryd.core.lifecycle.cold_archive import ColdArchive
@@ -49,6 +51,7 @@ from memoryd.core.validation import (
     Violations,
     check_batch,
     check_content,
+    check_filters,
     check_fraction,
     check_metadata,
     check_scope,
@@ -61,6 +64,36 @@ _MAX_REPORTED_ITEMS = 20
 
 # The retrieval log (FR-008): one line per Retrieve and RenderContext.
 retrieval_log = logging.getLogger("memoryd.retrieval")
+
+T = TypeVar("T")
+
+
+async def _each(calls: Mapping[Tier, Awaitable[T]]) -> list[tuple[Tier, T | BaseException]]:
+    """Every call's result or error, in order (one at a time: they may share a store)."""
+    results: list[tuple[Tier, T | BaseException]] = []
+    for tier, call in calls.items():
+        try:
+            results.append((tier, await call))
+        except Exception as exc:
+            results.append((tier, exc))
+    return results
+
+
+def _reachable(
+    answers: Sequence[tuple[Tier, T | BaseException]], skipped: list[Tier] | None
+) -> dict[Tier, T]:
+    """Each tier's answer. A tier whose store is down (StoreUnavailable) is left out and
+    named in `skipped` while some other tier answered; with `skipped` None, or with no
+    tier answering, the first failure is raised (as is any other error)."""
+    for _, answer in answers:
+        if isinstance(answer, BaseException) and not isinstance(answer, StoreUnavailable):
+            raise answer
+    down = [(t, a) for t, a in answers if isinstance(a, StoreUnavailable)]
+    if down and (skipped is None or len(down) == len(answers)):
+        raise down[0][1]
+    if skipped is not None:
+        skipped += [t for t, _ in down]
+    return {t: a for t, a in answers if not isinstance(a, BaseException)}
 
 
 def _body_problems(tier: Tier, item: AddCommand | MemoryRecord) -> list[FieldViolation]:
@@ -197,7 +230,7 @@ class MemoryEngine:
         check_scope(v, query.scope, self._limits)
         top_k = resolve_top_k(v, query.top_k, self._limits)
         budget = self._resolve_budget(v, query.token_budget)
-        check_metadata(v, "filters", query.filters, self._limits)
+        check_filters(v, "filters", query.filters, self._limits)
         check_fraction(v, "min_score", query.min_score)
         for tier in query.tiers:
             self._check_tier_scope(v, tier, query.scope)
@@ -205,7 +238,10 @@ class MemoryEngine:
         tiers = list(dict.fromkeys(query.tiers)) or [
             t for t, h in self._tiers.items() if h.can_retrieve(query.scope)
         ]
-        items, total, embedding_ms = await self._search(query, tiers, top_k)
+        skipped: list[Tier] = []
+        items, total, embedding_ms = await self._search(
+            query, tiers, top_k, skipped=None if query.tiers else skipped
+        )
         fitted = fit_to_budget(items, budget, self._counter)
         result = RetrieveResult(
             items=fitted.items,
@@ -214,6 +250,7 @@ class MemoryEngine:
             retrieval_ms=(time.perf_counter() - started) * 1000 - embedding_ms,
             token_count=fitted.token_count,
             truncated=fitted.truncated,
+            skipped_tiers=skipped,
         )
         _log_retrieval(
             "Retrieve",
@@ -227,20 +264,29 @@ class MemoryEngine:
         return result
 
     async def _search(
-        self, query: RetrieveQuery, tiers: Sequence[Tier], top_k: int
+        self,
+        query: RetrieveQuery,
+        tiers: Sequence[Tier],
+        top_k: int,
+        skipped: list[Tier] | None = None,
     ) -> tuple[list[MemoryRecord], int, float]:
-        """Every tier's hits: working first, then the rest by score, each id once."""
+        """Every tier's hits: working first, then the rest by score, each id once. Given
+        `skipped`, a tier whose store is down is left out and listed there (unless every
+        tier is down); without it, the call fails UNAVAILABLE."""
         handlers = [self._tier(t) for t in tiers]
         working: list[MemoryRecord] = []
         ranked: list[list[MemoryRecord]] = []
         total = 0
         embedding_ms = 0.0
         # Tiers live in different stores: ask them all at once.
-        found = await asyncio.gather(*(h.retrieve(query, top_k) for h in handlers))
-        for handler, hits in zip(handlers, found, strict=True):
+        answers = await asyncio.gather(
+            *(h.retrieve(query, top_k) for h in handlers), return_exceptions=True
+        )
+        found = _reachable(list(zip(tiers, answers, strict=True)), skipped)
+        for tier, hits in found.items():
             total += hits.total
             embedding_ms += hits.embedding_ms
-            if spec(handler.tier).first_in_retrieval:
+            if spec(tier).first_in_retrieval:
                 working.extend(hits.items)
             else:
                 ranked.append(hits.items)
@@ -322,11 +368,13 @@ class MemoryEngine:
         return deleted
 
     async def prune(self, cmd: PruneCommand, requested_by: str = "") -> PruneResult:
-        """Prune the named tiers; ALL with no tier named erases the user everywhere
-        (`requested_by`, the caller's subject, goes to the audit log)."""
+        """Prune the named tiers, or with none named every tier this server serves (a hot
+        tier then prunes every task/session of the user the scope does not narrow to one);
+        ALL with no tier named erases the user everywhere (`requested_by`, the caller's
+        subject, goes to the audit log)."""
         v = Violations()
         check_scope(v, cmd.scope, self._limits)
-        check_metadata(v, "filters", cmd.filters, self._limits)
+        check_filters(v, "filters", cmd.filters, self._limits)
         if cmd.strategy is PruneStrategy.OLDEST_PERCENT and not 0 < cmd.percent <= 100:
             v.add("percent", "must be in (0, 100] for OLDEST_PERCENT")
         if cmd.strategy is PruneStrategy.ARCHIVE_OLDER_THAN and cmd.older_than_days <= 0:
@@ -336,14 +384,12 @@ class MemoryEngine:
         for tier in cmd.tiers:
             self._check_tier_scope(v, tier, cmd.scope)
         v.raise_if_any()
-        if not cmd.tiers:
-            if cmd.strategy is not PruneStrategy.ALL:
-                raise Unimplemented(f"{cmd.strategy.value} on every tier at once (name the tiers)")
+        if not cmd.tiers and cmd.strategy is PruneStrategy.ALL:
             if self._erasure is None:
                 raise Unimplemented("erasing a user (this server has no erasure configured)")
             return await self._erasure.erase(cmd, requested_by)
         result = PruneResult(dry_run=cmd.dry_run)
-        for tier in dict.fromkeys(cmd.tiers):
+        for tier in dict.fromkeys(cmd.tiers) if cmd.tiers else self._tiers:
             count = await self._tier(tier).prune(cmd)
             result.per_tier[tier] = count
             if cmd.strategy is PruneStrategy.ARCHIVE_OLDER_THAN:
@@ -363,18 +409,22 @@ class MemoryEngine:
 
     async def export_counts(self, query: ExportQuery) -> dict[Tier, int]:
         """Items per tier an export of the user holds (for its header), archived ones
-        included when asked."""
-        counts: dict[Tier, int] = {}
-        for tier in self._export_tiers(query):
-            counts[tier] = await self._tier(tier).export_count(query.scope)
-            if query.include_archived and self._archive is not None:
+        included when asked. With no tiers named, a tier whose store is down is left out
+        of the export and listed in `query.skipped_tiers`."""
+        tiers = self._export_tiers(query)
+        answers = await _each({t: self._tier(t).export_count(query.scope) for t in tiers})
+        query.skipped_tiers = []
+        counts = _reachable(answers, None if query.tiers else query.skipped_tiers)
+        if query.include_archived and self._archive is not None:
+            for tier in counts:
                 counts[tier] += await self._archive.count(query.scope, tier)
         return counts
 
     async def export_records(self, query: ExportQuery) -> AsyncIterator[MemoryRecord]:
         """Every item of the user in the asked tiers, read from the stores page by page;
-        with `include_archived`, then each tier's archived items (marked `archived`)."""
-        tiers = self._export_tiers(query)
+        with `include_archived`, then each tier's archived items (marked `archived`).
+        Tiers `export_counts` left out are left out here too."""
+        tiers = [t for t in self._export_tiers(query) if t not in query.skipped_tiers]
         for tier in tiers:
             async for page in self._tier(tier).export_pages(query.scope):
                 for record in page:
@@ -419,9 +469,13 @@ class MemoryEngine:
             problems += exc.violations
         return problems
 
-    async def import_records(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
-        """Validate every item first (an invalid import writes nothing), then restore each
-        tier's items under `scope`'s user: ids already there are skipped."""
+    async def import_records(
+        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool = False
+    ) -> ImportResult:
+        """Validate every item and check every tier's quotas first (an invalid import, or
+        one that does not fit, writes nothing; with `auto_prune` the oldest items make
+        room, as on Add), then restore each tier's items under `scope`'s user: ids already
+        there are skipped."""
         self.check_import_scope(scope)
         if len(records) > self._limits.max_import_items:
             raise InvalidArgument.of(
@@ -444,9 +498,11 @@ class MemoryEngine:
         by_tier: dict[Tier, list[MemoryRecord]] = {}
         for record in records:
             by_tier.setdefault(record.tier, []).append(record)
+        for tier, items in by_tier.items():
+            await self._tier(tier).check_room(scope, items, auto_prune)
         result = ImportResult()
         for tier, items in by_tier.items():
-            done = await self._tier(tier).restore(scope, items)
+            done = await self._tier(tier).restore(scope, items, auto_prune)
             result.imported_count += done.imported_count
             result.skipped_count += done.skipped_count
         return result
@@ -455,12 +511,13 @@ class MemoryEngine:
         v = Violations()
         check_scope(v, scope, self._limits)
         v.raise_if_any()
-        tiers = [
-            await handler.usage(scope)
-            for tier, handler in self._tiers.items()
-            if spec(tier).counted_in_usage
-        ]
-        report = usage_report(tiers, self._usage)
+        answers = await _each(
+            {t: h.usage(scope) for t, h in self._tiers.items() if spec(t).counted_in_usage}
+        )
+        skipped: list[Tier] = []
+        tiers = _reachable(answers, skipped)
+        report = usage_report(list(tiers.values()), self._usage)
+        report.skipped_tiers = skipped
         for alert in report.alerts:
             self._observer.quota_alert(alert.tier, alert.level)
         return report

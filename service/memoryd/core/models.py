@@ -276,6 +276,8 @@ class RetrieveResult:
     retrieval_ms: float = 0.0
     token_count: int = 0
     truncated: bool = False
+    # Tiers left out (no tier was named and their store is down).
+    skipped_tiers: list[Tier] = field(default_factory=list)
 
 
 @dataclass
@@ -329,6 +331,9 @@ class ExportQuery:
     # Empty means every tier the server stores.
     tiers: list[Tier] = field(default_factory=list)
     include_archived: bool = False
+    # Filled by the engine's export_counts: with no tiers named, the tiers left out of the
+    # export because their store is down.
+    skipped_tiers: list[Tier] = field(default_factory=list)
 
 
 @dataclass
@@ -359,6 +364,8 @@ class UsageReport:
     alerts: list[UsageAlert]
     estimated_monthly_cost_usd: float
     quota_profile: str
+    # Tiers left out because their store is down.
+    skipped_tiers: list[Tier] = field(default_factory=list)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from memoryd.core.errors import FieldViolation, InvalidArgument
@@ -82,6 +83,28 @@ def check_metadata(
             v.add(f"{field}[{key!r}]", f"keys must be 1..{limits.max_metadata_key_bytes} bytes")
         elif utf8_len(value) > limits.max_metadata_value_bytes:
             v.add(f"{field}[{key!r}]", f"value is over {limits.max_metadata_value_bytes} bytes")
+
+
+# The key alphabet: the metadata keys a Retrieve/Prune filter may name, and the document
+# fields it matches (structured tier). Stores match such a key literally, never as a path
+# into nested values (see stores.vectors.port.field_path).
+FILTER_KEY_RULE = "1..64 letters, digits, '_', '-', '.' or ':'"
+_FILTER_KEY = re.compile(r"[\w.:-]{1,64}")
+
+
+def is_filter_key(key: str) -> bool:
+    return _FILTER_KEY.fullmatch(key) is not None
+
+
+def check_filters(
+    v: Violations, field: str, filters: Mapping[str, str], limits: LimitSettings
+) -> None:
+    """Metadata equality filters: the metadata limits, and keys of the key alphabet."""
+    check_metadata(v, field, filters, limits)
+    for key in filters:
+        sized = 0 < utf8_len(key) <= limits.max_metadata_key_bytes  # else refused above
+        if sized and not is_filter_key(key):
+            v.add(f"{field}[{key!r}]", f"keys must be {FILTER_KEY_RULE}")
 
 
 def check_fraction(v: Violations, field: str, value: float | None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from enum import Enum
 from typing import Any, TypeVar
@@ -93,13 +94,32 @@ def tiers_from_proto(values: Iterable[int], field: str = "tiers") -> list[Tier]:
     return [tier_from_proto(v, f"{field}[{i}]") for i, v in enumerate(values)]
 
 
-def _seconds(ts: Timestamp) -> float:
+# google.protobuf.Timestamp's range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z.
+_MIN_SECONDS = -62_135_596_800
+_MAX_SECONDS = 253_402_300_799
+_MIN_NANOS = _MIN_SECONDS * 1_000_000_000
+_MAX_NANOS = _MAX_SECONDS * 1_000_000_000 + 999_999_999
+
+
+def _seconds(ts: Timestamp, field: str) -> float:
+    """A request's Timestamp as epoch seconds; one outside the Timestamp range is refused
+    (it could never be sent back)."""
+    if not _MIN_SECONDS <= ts.seconds <= _MAX_SECONDS:
+        raise InvalidArgument.of(
+            field, "is outside the Timestamp range (0001-01-01 to 9999-12-31 UTC)"
+        )
+    if not 0 <= ts.nanos <= 999_999_999:
+        raise InvalidArgument.of(field, "nanos must be between 0 and 999,999,999")
     return ts.seconds + ts.nanos / 1e9
 
 
 def _timestamp(seconds: float) -> Timestamp:
+    """Epoch seconds as a Timestamp. Times are kept as floats, which round: the last
+    representable instant comes back a little past it, so it is clamped into the range
+    (as is anything stored before out-of-range times were refused)."""
     ts = Timestamp()
-    ts.FromNanoseconds(round(seconds * 1e9))
+    nanos = round(seconds * 1e9) if math.isfinite(seconds) else 0
+    ts.FromNanoseconds(min(max(nanos, _MIN_NANOS), _MAX_NANOS))
     return ts
 
 
@@ -140,7 +160,7 @@ def add_command(req: pb.AddRequest, principal: Principal) -> AddCommand:
         key=req.key,
         metadata=dict(req.metadata),
         importance=req.importance if req.HasField("importance") else None,
-        expires_at=_seconds(req.expires_at) if req.HasField("expires_at") else None,
+        expires_at=_seconds(req.expires_at, "expires_at") if req.HasField("expires_at") else None,
         role=enum_from_proto(Role, req.role, "role"),
         source=enum_from_proto(Source, req.source, "source"),
         auto_prune=req.auto_prune,
@@ -251,6 +271,7 @@ def retrieve_response(result: RetrieveResult) -> pb.RetrieveResponse:
         retrieval_ms=result.retrieval_ms,
         token_count=result.token_count,
         truncated=result.truncated,
+        skipped_tiers=[enum_to_proto(t) for t in result.skipped_tiers],  # type: ignore[misc]
     )
 
 
@@ -331,9 +352,15 @@ def record_from_item(item: pb.MemoryItem) -> MemoryRecord:
         key=item.key,
         metadata=dict(item.metadata),
         importance=item.importance,
-        created_at=_seconds(item.created_at) if item.HasField("created_at") else 0.0,
-        updated_at=_seconds(item.updated_at) if item.HasField("updated_at") else 0.0,
-        expires_at=_seconds(item.expires_at) if item.HasField("expires_at") else None,
+        created_at=_seconds(item.created_at, "item.created_at")
+        if item.HasField("created_at")
+        else 0.0,
+        updated_at=_seconds(item.updated_at, "item.updated_at")
+        if item.HasField("updated_at")
+        else 0.0,
+        expires_at=_seconds(item.expires_at, "item.expires_at")
+        if item.HasField("expires_at")
+        else None,
         source=enum_from_proto(Source, item.source, "item.source"),
         role=enum_from_proto(Role, item.role, "item.role"),
         agent_id=item.agent_id,
@@ -348,7 +375,7 @@ def record_from_item(item: pb.MemoryItem) -> MemoryRecord:
             FactVersion(
                 content=v.content,
                 source=enum_from_proto(Source, v.source, "item.history.source"),
-                replaced_at=_seconds(v.replaced_at),
+                replaced_at=_seconds(v.replaced_at, "item.history.replaced_at"),
             )
             for v in item.history
         ),
@@ -380,6 +407,7 @@ def usage_response(report: UsageReport) -> pb.UsageResponse:
         ],
         estimated_monthly_cost_usd=report.estimated_monthly_cost_usd,
         quota_profile=report.quota_profile,
+        skipped_tiers=[enum_to_proto(t) for t in report.skipped_tiers],  # type: ignore[misc]
     )
 
 
@@ -388,8 +416,16 @@ def relation_from_proto(relation: pb.Relation) -> Relation:
         subject=relation.subject,
         predicate=relation.predicate,
         object=relation.object,
-        valid_from=_seconds(relation.valid_from) if relation.HasField("valid_from") else None,
-        invalid_at=_seconds(relation.invalid_at) if relation.HasField("invalid_at") else None,
+        valid_from=(
+            _seconds(relation.valid_from, "relation.valid_from")
+            if relation.HasField("valid_from")
+            else None
+        ),
+        invalid_at=(
+            _seconds(relation.invalid_at, "relation.invalid_at")
+            if relation.HasField("invalid_at")
+            else None
+        ),
     )
 
 

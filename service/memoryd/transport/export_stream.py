@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import struct
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -41,8 +41,14 @@ CHECKSUM_FORMAT = "item-jcs-v1"
 LEGACY_CHECKSUM_FORMAT = ""
 
 
-def header(user_id: str, exported_at: float, counts: Mapping[Tier, int]) -> pb.ExportHeader:
-    """The header: per tier counts and their total (informative; the trailer is checked)."""
+def header(
+    user_id: str,
+    exported_at: float,
+    counts: Mapping[Tier, int],
+    skipped: Iterable[Tier] = (),
+) -> pb.ExportHeader:
+    """The header: per tier counts and their total (informative; the trailer is checked),
+    and the tiers left out because their store is down."""
     message = pb.ExportHeader(
         user_id=user_id,
         counts=[
@@ -51,6 +57,7 @@ def header(user_id: str, exported_at: float, counts: Mapping[Tier, int]) -> pb.E
         ],
         total=sum(counts.values()),
         format_version=FORMAT_VERSION,
+        skipped_tiers=[convert.enum_to_proto(t) for t in skipped],  # type: ignore[misc]
     )
     message.exported_at.FromNanoseconds(round(exported_at * 1e9))
     return message

@@ -274,28 +274,25 @@ class Identity(AroundCall):
                     raise
             yield message
 
-    def _wrap_unary(self, behavior: Behavior, details: grpc.HandlerCallDetails) -> Behavior:
+    def wrap_behavior(
+        self, behavior: Behavior, details: grpc.HandlerCallDetails, generates: bool
+    ) -> Behavior:
+        """Grants need the request (its user): checked here, inside `around`, which has
+        bound the principal."""
         rpc = details.method.removeprefix(SERVICE_PREFIX)
 
-        async def call(request: Any, context: Context) -> Any:
-            async with self.around(details, context):
-                facts, request = await self._admit(rpc, context, request)
-                async with self._audited(facts):
-                    return await behavior(request, context)
+        async def unary(request: Any, context: Context) -> Any:
+            facts, request = await self._admit(rpc, context, request)
+            async with self._audited(facts):
+                return await behavior(request, context)
 
-        return call
+        async def stream(request: Any, context: Context) -> AsyncIterator[Any]:
+            facts, request = await self._admit(rpc, context, request)
+            async with self._audited(facts):
+                async for response in behavior(request, context):
+                    yield response
 
-    def _wrap_stream(self, behavior: Behavior, details: grpc.HandlerCallDetails) -> Behavior:
-        rpc = details.method.removeprefix(SERVICE_PREFIX)
-
-        async def call(request: Any, context: Context) -> AsyncIterator[Any]:
-            async with self.around(details, context):
-                facts, request = await self._admit(rpc, context, request)
-                async with self._audited(facts):
-                    async for response in behavior(request, context):
-                        yield response
-
-        return call
+        return stream if generates else unary
 
     @asynccontextmanager
     async def _audited(self, call: _Call) -> AsyncIterator[None]:

@@ -89,16 +89,17 @@ class RateLimiting(AroundCall):
     ) -> AsyncIterator[None]:
         yield  # the work needs the request: see the wrappers
 
-    def _wrap_unary(self, behavior: Behavior, details: grpc.HandlerCallDetails) -> Behavior:
+    def wrap_behavior(
+        self, behavior: Behavior, details: grpc.HandlerCallDetails, generates: bool
+    ) -> Behavior:
         rpc = details.method.removeprefix(SERVICE_PREFIX)
+        if generates:
+            return behavior  # Export: a read that is not a query
         if rpc in QUERIES:
             return self._query(rpc, behavior, QUERIES[rpc])
         if rpc in WRITES:
             return self._write(behavior)
         return behavior
-
-    def _wrap_stream(self, behavior: Behavior, details: grpc.HandlerCallDetails) -> Behavior:
-        return behavior  # Export: a read that is not a query
 
     def _scope(self, principal: Principal, request: Message) -> Scope | None:
         user = user_of(request)

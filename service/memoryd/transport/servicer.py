@@ -67,7 +67,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         """Header (counts), every item, trailer (count and checksum); see export_stream."""
         query = convert.export_query(request, self._calls.principal())
         counts = await self._engine.export_counts(query)
-        header = export_stream.header(query.scope.user_id, time.time(), counts)
+        header = export_stream.header(query.scope.user_id, time.time(), counts, query.skipped_tiers)
         items = (convert.memory_item(r) async for r in self._engine.export_records(query))
         async for message in export_stream.frame(header, items):
             yield message
@@ -79,17 +79,19 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         principal = self._calls.principal()
         receiver = export_stream.Receiver(max_items=self._engine.max_import_items)
         scope = None
+        auto_prune = False
         async for message in request_iterator:
             if scope is None:
                 scope = convert.scope_from_proto(message.scope, principal)
                 self._engine.check_import_scope(scope)
+                auto_prune = message.auto_prune
             # The header is informative only: items belong to the importing user.
             receiver.add(message)
         if scope is None:
             raise InvalidArgument.of("scope.user_id", "is required on the first message")
         received = receiver.finish()
         records = [convert.record_from_item(item) for item in received.items]
-        result = await self._engine.import_records(scope, records)
+        result = await self._engine.import_records(scope, records, auto_prune)
         return pb.ImportResponse(
             imported_count=result.imported_count,
             skipped_count=result.skipped_count,

@@ -955,6 +955,7 @@ class RetrieveResponse(_message.Message):
     TOKEN_COUNT_FIELD_NUMBER: _builtins.int
     TRUNCATED_FIELD_NUMBER: _builtins.int
     RATE_LIMITED_FIELD_NUMBER: _builtins.int
+    SKIPPED_TIERS_FIELD_NUMBER: _builtins.int
     total_count: _builtins.int
     """Matches before top_k and the token budget cut them."""
     embedding_ms: _builtins.float
@@ -968,6 +969,12 @@ class RetrieveResponse(_message.Message):
     """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryItem]: ...
+    @_builtins.property
+    def skipped_tiers(self) -> _containers.RepeatedScalarFieldContainer[Global___Tier.ValueType]:
+        """With no tiers named: tiers left out because their store cannot be reached now (the
+        others were searched). A Retrieve naming its tiers fails UNAVAILABLE instead.
+        """
+
     def __init__(
         self,
         *,
@@ -978,10 +985,11 @@ class RetrieveResponse(_message.Message):
         token_count: _builtins.int = ...,
         truncated: _builtins.bool = ...,
         rate_limited: _builtins.bool = ...,
+        skipped_tiers: _abc.Iterable[Global___Tier.ValueType] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding_ms", b"embedding_ms", "items", b"items", "rate_limited", b"rate_limited", "retrieval_ms", b"retrieval_ms", "token_count", b"token_count", "total_count", b"total_count", "truncated", b"truncated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding_ms", b"embedding_ms", "items", b"items", "rate_limited", b"rate_limited", "retrieval_ms", b"retrieval_ms", "skipped_tiers", b"skipped_tiers", "token_count", b"token_count", "total_count", b"total_count", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1252,6 +1260,7 @@ class ExportHeader(_message.Message):
     COUNTS_FIELD_NUMBER: _builtins.int
     TOTAL_FIELD_NUMBER: _builtins.int
     FORMAT_VERSION_FIELD_NUMBER: _builtins.int
+    SKIPPED_TIERS_FIELD_NUMBER: _builtins.int
     user_id: _builtins.str
     total: _builtins.int
     format_version: _builtins.str
@@ -1259,6 +1268,12 @@ class ExportHeader(_message.Message):
     def exported_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___TierCount]: ...
+    @_builtins.property
+    def skipped_tiers(self) -> _containers.RepeatedScalarFieldContainer[Global___Tier.ValueType]:
+        """With no tiers asked for: tiers left out of this export because their store cannot be
+        reached now. An export naming its tiers fails UNAVAILABLE instead.
+        """
+
     def __init__(
         self,
         *,
@@ -1267,10 +1282,11 @@ class ExportHeader(_message.Message):
         counts: _abc.Iterable[Global___TierCount] | None = ...,
         total: _builtins.int = ...,
         format_version: _builtins.str = ...,
+        skipped_tiers: _abc.Iterable[Global___Tier.ValueType] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["exported_at", b"exported_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "exported_at", b"exported_at", "format_version", b"format_version", "total", b"total", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "exported_at", b"exported_at", "format_version", b"format_version", "skipped_tiers", b"skipped_tiers", "total", b"total", "user_id", b"user_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1346,6 +1362,11 @@ class ImportRequest(_message.Message):
     HEADER_FIELD_NUMBER: _builtins.int
     ITEM_FIELD_NUMBER: _builtins.int
     TRAILER_FIELD_NUMBER: _builtins.int
+    AUTO_PRUNE_FIELD_NUMBER: _builtins.int
+    auto_prune: _builtins.bool
+    """Read on the first message: when the items would pass a tier's quota, drop that tier's
+    oldest items to make room instead of refusing the import (RESOURCE_EXHAUSTED).
+    """
     @_builtins.property
     def scope(self) -> Global___Scope:
         """Required on the first message; later messages may leave it empty."""
@@ -1363,10 +1384,11 @@ class ImportRequest(_message.Message):
         header: Global___ExportHeader | None = ...,
         item: Global___MemoryItem | None = ...,
         trailer: Global___ExportTrailer | None = ...,
+        auto_prune: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "item", b"item", "payload", b"payload", "scope", b"scope", "trailer", b"trailer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "item", b"item", "payload", b"payload", "scope", b"scope", "trailer", b"trailer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_prune", b"auto_prune", "header", b"header", "item", b"item", "payload", b"payload", "scope", b"scope", "trailer", b"trailer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_payload: _TypeAlias = _typing.Literal["header", "item", "trailer"]  # noqa: Y015
     _WhichOneofArgType_payload: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
@@ -1492,12 +1514,17 @@ class UsageResponse(_message.Message):
     ALERTS_FIELD_NUMBER: _builtins.int
     ESTIMATED_MONTHLY_COST_USD_FIELD_NUMBER: _builtins.int
     QUOTA_PROFILE_FIELD_NUMBER: _builtins.int
+    SKIPPED_TIERS_FIELD_NUMBER: _builtins.int
     estimated_monthly_cost_usd: _builtins.float
     quota_profile: _builtins.str
     @_builtins.property
     def tiers(self) -> _containers.RepeatedCompositeFieldContainer[Global___TierUsage]: ...
     @_builtins.property
     def alerts(self) -> _containers.RepeatedCompositeFieldContainer[Global___UsageAlert]: ...
+    @_builtins.property
+    def skipped_tiers(self) -> _containers.RepeatedScalarFieldContainer[Global___Tier.ValueType]:
+        """Tiers left out because their store cannot be reached now (the others are reported)."""
+
     def __init__(
         self,
         *,
@@ -1505,10 +1532,11 @@ class UsageResponse(_message.Message):
         alerts: _abc.Iterable[Global___UsageAlert] | None = ...,
         estimated_monthly_cost_usd: _builtins.float = ...,
         quota_profile: _builtins.str = ...,
+        skipped_tiers: _abc.Iterable[Global___Tier.ValueType] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alerts", b"alerts", "estimated_monthly_cost_usd", b"estimated_monthly_cost_usd", "quota_profile", b"quota_profile", "tiers", b"tiers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alerts", b"alerts", "estimated_monthly_cost_usd", b"estimated_monthly_cost_usd", "quota_profile", b"quota_profile", "skipped_tiers", b"skipped_tiers", "tiers", b"tiers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -19,12 +19,15 @@ from tenacity import AsyncRetrying, RetryCallState, wait_fixed
 from memoryd.core.errors import MemorydError, StoreUnavailable
 from memoryd.core.models import Kind, MemoryRecord, Role, Scope, Tier
 from memoryd.core.observe import NullObserver, Observer, request_id
+from memoryd.core.ratelimit_log import EveryFewSeconds
 from memoryd.core.tasks import stop_task
 from memoryd.core.tiers.long_term import LongTermTier
 from memoryd.settings import WriteBehindSettings
 from memoryd.stores.queue.port import QueueDown, QueueEntry, WriteBehindQueue
 
 log = logging.getLogger(__name__)
+# A store that stays down would otherwise add a line per retry (every second).
+_paused_log = EveryFewSeconds(log, interval_s=30.0)
 
 QUEUE_NAME = "write_behind"
 # The backlog is reported at most this often (each report asks the queue twice).
@@ -69,6 +72,7 @@ class ConversationCopier:
         long_term: LongTermTier,
         settings: WriteBehindSettings,
         observer: Observer | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._queue = queue
         self._long_term = long_term
@@ -76,6 +80,15 @@ class ConversationCopier:
         self._observer = observer or NullObserver()
         self._task: asyncio.Task[None] | None = None
         self._backlog_reported = -_BACKLOG_EVERY_S
+        self._clock = clock
+        # When the background copy started failing without a success since; None: it works.
+        self._failing_since: float | None = None
+
+    async def healthy(self) -> bool:
+        """A health probe: False once copying has failed for `stuck_after_seconds` in a
+        row (messages pile up uncopied), True again after the next success."""
+        since = self._failing_since
+        return since is None or self._clock() - since < self._settings.stuck_after_seconds
 
     async def enqueue(self, scope: Scope, message: MemoryRecord) -> None:
         try:
@@ -84,25 +97,25 @@ class ConversationCopier:
             raise StoreUnavailable("write-behind queue", str(exc)) from exc
 
     async def drain_once(self, wait_s: float = 0.0) -> int:
-        """Copy one batch; returns how many messages were stored."""
+        """Copy one batch; returns how many queue entries were handled."""
         entries: list[QueueEntry] = await self._queue.take(self._settings.batch_size, wait_s)
         if not entries:
             return 0
+        messages = []
+        for entry in entries:
+            try:
+                messages.append(_parse(entry.body))
+            except (KeyError, TypeError, ValueError) as exc:
+                # No retry can copy an entry that does not parse: drop it (acked below)
+                # rather than let it block every message behind it.
+                log.error("dropping an unreadable write-behind entry %s: %r", entry.id, exc)
+        ids = [e.id for e in entries]
         try:
-            await self._long_term.add_messages([_parse(e.body) for e in entries])
-            await self._queue.ack([e.id for e in entries])
-        except QueueDown:
-            raise  # the queue itself is down: the worker loop says so
-        except MemorydError as exc:
-            # Store down: entries stay pending and are retried, never dropped.
-            log.warning(
-                "conversation copy paused: %s", exc, extra={"request_ids": _request_ids(entries)}
-            )
-            raise
-        except Exception:
-            log.exception(
-                "conversation copy failed; retrying", extra={"request_ids": _request_ids(entries)}
-            )
+            await self._long_term.add_messages(messages)
+            await self._queue.ack(ids)
+        except BaseException as exc:
+            _log_copy_failure(exc, entries)
+            await self._queue.release(ids)  # copied again (idempotently) on the next try
             raise
         for entry, rid in zip(entries, _request_ids(entries), strict=True):
             log.info(
@@ -146,16 +159,29 @@ class ConversationCopier:
 
     async def _run(self) -> None:
         # Never gives up: after a failure the worker goes on in `retry_seconds`; the failed
-        # batch stays queued (replayed after a restart, never dropped). Cancellation is no
-        # Exception, so tenacity lets it through.
+        # batch was released, so it is copied again first. Cancellation is no Exception, so
+        # tenacity lets it through.
         retrying = AsyncRetrying(
-            wait=wait_fixed(self._settings.retry_seconds), before_sleep=_log_failure
+            wait=wait_fixed(self._settings.retry_seconds), before_sleep=self._on_failure
         )
         async for attempt in retrying:
             with attempt:
                 while True:
                     await self._maybe_report_backlog()
                     await self.drain_once(wait_s=1.0)
+                    if self._failing_since is not None:
+                        log.info("conversation copy resumed")
+                    self._failing_since = None
+
+    def _on_failure(self, state: RetryCallState) -> None:
+        self._failed()
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, QueueDown):  # other failures were logged by drain_once
+            _paused_log.warning("conversation copy paused: %s", exc)
+
+    def _failed(self) -> None:
+        if self._failing_since is None:
+            self._failing_since = self._clock()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="conversation-copier")
@@ -180,10 +206,16 @@ class ConversationCopier:
         return copied
 
 
-def _log_failure(state: RetryCallState) -> None:
-    exc = state.outcome.exception() if state.outcome is not None else None
-    if isinstance(exc, QueueDown):
-        log.warning("conversation copy paused: %s", exc)  # the queue itself is down
+def _log_copy_failure(exc: BaseException, entries: Sequence[QueueEntry]) -> None:
+    """Says why a batch was not copied, with the request ids of its messages."""
+    if isinstance(exc, QueueDown) or not isinstance(exc, Exception):
+        return  # the queue itself is down (the worker loop says so), or cancellation
+    ids = _request_ids(entries)
+    if isinstance(exc, MemorydError):
+        # Store down: the entries are released and copied again, never dropped. At most
+        # one line every few seconds while it lasts.
+        _paused_log.warning("conversation copy paused: %s (request ids %s)", exc, ids)
     else:
-        # drain_once logged it, with the request ids of the messages concerned.
-        log.debug("conversation copy failed; retrying", exc_info=exc)
+        log.exception(
+            "conversation copy failed; retrying", exc_info=exc, extra={"request_ids": ids}
+        )

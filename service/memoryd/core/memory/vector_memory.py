@@ -12,7 +12,7 @@ import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
@@ -41,6 +41,7 @@ from memoryd.stores.vectors.port import (
     VectorStore,
     VectorStoreError,
     canonical_id,
+    field_path,
 )
 
 # Points read per scroll page when exporting or measuring a user's memories.
@@ -52,6 +53,15 @@ _IMPORT_NAMESPACE = uuid.UUID("0b7e2c55-1a8f-4d3c-b6a2-9e4f7d21c3a8")
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+@dataclass
+class RestorePlan:
+    """Imported memories that are new for the user (under the ids they will take), and how
+    many were skipped because the user already has them."""
+
+    new: list[MemoryRecord] = field(default_factory=list)
+    skipped: int = 0
 
 
 @dataclass(frozen=True)
@@ -112,7 +122,7 @@ class VectorMemory:
             MatchValue("user_id", scope.user_id),
             MatchValue("tier", tier.value),
         ]
-        must += [MatchValue(f"metadata.{k}", v) for k, v in (metadata or {}).items()]
+        must += [MatchValue(field_path("metadata", k), v) for k, v in (metadata or {}).items()]
         if kinds:
             must.append(MatchAny("kind", [k.value for k in kinds]))
         must += list(extra)
@@ -224,14 +234,12 @@ class VectorMemory:
             return 0
         return (await self.measure(flt))[1]
 
-    async def restore(
-        self, scope: Scope, records: Sequence[MemoryRecord], compress_over_bytes: int
-    ) -> ImportResult:
-        """Re-embed and upsert imported memories under `scope`'s user, keeping their ids,
-        times and payload. An id the user already has is skipped; an id that belongs to
-        another user or tenant is never overwritten: the memory takes an id derived from
-        it (the same on every import, so importing twice still skips)."""
-        result = ImportResult()
+    async def plan_restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> RestorePlan:
+        """Which imported memories are new for `scope`'s user, and under which ids: an id the
+        user already has is skipped; an id that belongs to another user or tenant is never
+        overwritten: the memory takes an id derived from it (the same on every import, so
+        importing twice still skips). Writes nothing."""
+        plan = RestorePlan()
         seen: set[str] = set()
         for start in range(0, len(records), _IMPORT_BATCH):
             batch = records[start : start + _IMPORT_BATCH]
@@ -245,20 +253,35 @@ class VectorMemory:
             if derived:
                 found = await self.call(self.store.retrieve, derived)
                 known |= {p.id: p.payload for p in found}
-            points: list[NewPoint] = []
             for point_id, record in targets:
                 if point_id in known or point_id in seen:
-                    result.skipped_count += 1
+                    plan.skipped += 1
                     continue
                 seen.add(point_id)
-                restored = dataclasses.replace(record, id=point_id, score=0.0, archived=False)
+                plan.new.append(dataclasses.replace(record, id=point_id, score=0.0, archived=False))
+        return plan
+
+    async def write_restore(
+        self, scope: Scope, plan: RestorePlan, compress_over_bytes: int
+    ) -> ImportResult:
+        """Re-embed and upsert the plan's new memories under `scope`'s user, keeping their
+        times and payload (a soft-deleted one stays deleted)."""
+        for start in range(0, len(plan.new), _IMPORT_BATCH):
+            points: list[NewPoint] = []
+            for record in plan.new[start : start + _IMPORT_BATCH]:
                 digest = content_hash(scope, record.tier, record.key, record.content)
-                payload = to_payload(restored, scope, digest, compress_over_bytes)
+                payload = to_payload(record, scope, digest, compress_over_bytes)
                 payload["deleted"] = record.deleted
-                points.append(NewPoint(restored, payload, embed_text_of(payload)))
+                points.append(NewPoint(record, payload, embed_text_of(payload)))
             await self.insert(points)
-            result.imported_count += len(points)
-        return result
+        return ImportResult(imported_count=len(plan.new), skipped_count=plan.skipped)
+
+    async def restore(
+        self, scope: Scope, records: Sequence[MemoryRecord], compress_over_bytes: int
+    ) -> ImportResult:
+        """`plan_restore`, then `write_restore`."""
+        plan = await self.plan_restore(scope, records)
+        return await self.write_restore(scope, plan, compress_over_bytes)
 
     async def by_ids(self, flt: Filter, ids: Sequence[str]) -> list[MemoryRecord]:
         valid = [i for i in ids if _is_uuid(i)]

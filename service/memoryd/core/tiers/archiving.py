@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass
 
 from memoryd.core.errors import FieldViolation, QuotaExceeded, Unimplemented
 from memoryd.core.lifecycle.cold_archive import ColdArchive
@@ -27,12 +29,30 @@ from memoryd.core.models import (
     Scope,
     Tier,
 )
+from memoryd.core.text import utf8_len
 from memoryd.core.tiers.base import TierHits
-from memoryd.stores.vectors.port import Condition, Filter, HasId, MatchValue, Range
+from memoryd.stores.vectors.port import Condition, Filter, HasId, MatchValue, Range, field_path
 
 DAY_S = 86_400.0
 # Auto-prune at a full count quota drops this share of the oldest items (RT-006: 10%).
 AUTO_PRUNE_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class Room:
+    """One quota scope of a tier (a user; for episodes a user's agent): the live items its
+    limits count, the limits, and how a full quota is reported."""
+
+    lock_key: tuple[str, ...]
+    live: Filter
+    max_count: int
+    count_full: Callable[[], QuotaExceeded]
+    # The item's bytes the size limit counts; max_bytes 0 means no size limit.
+    size_of: Callable[[MemoryRecord], int] = lambda r: utf8_len(r.content)
+    max_bytes: int = 0
+    # (bytes being added, bytes used) -> the error.
+    bytes_full: Callable[[int, int], QuotaExceeded] | None = None
+    max_item_bytes: int = 0
 
 
 class ArchivingVectorTier:
@@ -57,10 +77,16 @@ class ArchivingVectorTier:
 
     def _filter_conditions(self, filters: Mapping[str, str]) -> list[Condition]:
         """Retrieve/Prune `filters` as store conditions: metadata equality."""
-        return [MatchValue(f"metadata.{k}", v) for k, v in filters.items()]
+        return [MatchValue(field_path("metadata", k), v) for k, v in filters.items()]
 
     def _query_conditions(self, scope: Scope) -> list[Condition]:
         """What narrows Retrieve beyond tenant + user (the episodic tier: the agent)."""
+        return []
+
+    def _rooms(
+        self, scope: Scope, records: Sequence[MemoryRecord]
+    ) -> list[tuple[Room, list[MemoryRecord]]]:
+        """The quota scopes `records` fall in, each with its records; none: no quota."""
         return []
 
     def _archivable(self, record: MemoryRecord, now: float) -> bool:
@@ -120,6 +146,8 @@ class ArchivingVectorTier:
         return count - dropped, Operation.ADD_WITH_PRUNE
 
     async def _drop_oldest(self, flt: Filter, n: int) -> int:
+        if n <= 0:
+            return 0  # (a store refuses to list "the 0 oldest")
         oldest = await self._memory.records(flt, n, newest_first=False)
         if oldest:
             await self._memory.call(self._memory.store.delete, [r.id for r in oldest])
@@ -214,7 +242,63 @@ class ArchivingVectorTier:
         """The text of the item's body (checked by `check_restore` before any restore)."""
         raise NotImplementedError
 
-    async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
+    def _restorable(self, records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
         # The content is derived from the body, as on Add: an import cannot make them differ.
-        derived = [dataclasses.replace(r, content=self._content_of(r)) for r in records]
-        return await self._memory.restore(scope, derived, self._compress_over_bytes)
+        return [dataclasses.replace(r, content=self._content_of(r)) for r in records]
+
+    def _is_live(self, record: MemoryRecord) -> bool:
+        return not record.deleted and (
+            record.expires_at is None or record.expires_at > self._clock()
+        )
+
+    async def _fit(
+        self, room: Room, new: Sequence[MemoryRecord], auto_prune: bool, *, apply: bool
+    ) -> None:
+        """The quota check of every write path for `new` items in `room`: refuse when they
+        do not fit, unless `auto_prune` may drop the oldest live items to make room (done
+        only when `apply`). As on Add, only the count makes room; a size overflow is
+        always refused."""
+        live = [r for r in new if self._is_live(r)]
+        count = await self._count(room.live)
+        if count + len(live) > room.max_count:
+            if not auto_prune or len(live) > room.max_count:
+                raise room.count_full()
+            if apply:
+                count -= await self._drop_oldest(room.live, count + len(live) - room.max_count)
+        if room.max_bytes and room.bytes_full is not None:
+            new_bytes = sum(room.size_of(r) for r in live)
+            used = await self._memory.bytes_used(
+                room.live, count, room.max_bytes - new_bytes, room.max_item_bytes
+            )
+            if used + new_bytes > room.max_bytes:
+                raise room.bytes_full(new_bytes, used)
+
+    async def check_room(
+        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool
+    ) -> None:
+        """Refuse (QuotaExceeded) an import of `records` that would pass a quota; writes
+        nothing, so every tier is checked before any tier is written."""
+        for room, items in self._rooms(scope, records):
+            plan = await self._memory.plan_restore(scope, items)
+            await self._fit(room, plan.new, auto_prune, apply=False)
+
+    async def restore(
+        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool = False
+    ) -> ImportResult:
+        result = ImportResult()
+        restorable = self._restorable(records)
+        groups: list[tuple[Room | None, list[MemoryRecord]]] = [
+            *self._rooms(scope, restorable)
+        ] or [(None, restorable)]
+        for room, items in groups:
+            guard: AbstractAsyncContextManager[object] = (
+                self._locks(room.lock_key) if room is not None else nullcontext()
+            )
+            async with guard:
+                plan = await self._memory.plan_restore(scope, items)
+                if room is not None:
+                    await self._fit(room, plan.new, auto_prune, apply=True)
+                done = await self._memory.write_restore(scope, plan, self._compress_over_bytes)
+            result.imported_count += done.imported_count
+            result.skipped_count += done.skipped_count
+        return result

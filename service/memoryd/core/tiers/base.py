@@ -65,8 +65,18 @@ class TierHandler(Protocol):
         """What is wrong with an imported item; fields are relative to the item."""
         ...
 
-    async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
-        """Write imported items under `scope`'s user; ids already there are skipped."""
+    async def check_room(
+        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool
+    ) -> None:
+        """Raise QuotaExceeded if importing `records` would pass one of the tier's quotas
+        (unless `auto_prune` may make room); writes nothing."""
+        ...
+
+    async def restore(
+        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool = False
+    ) -> ImportResult:
+        """Write imported items under `scope`'s user; ids already there are skipped. The
+        quotas are checked again (and with `auto_prune`, room made) as the items go in."""
         ...
 
     async def usage(self, scope: Scope) -> TierUsage: ...

@@ -5,8 +5,8 @@ checked, rendered as the readable text that is embedded, searched and returned a
 
 A document's top-level scalar fields are also kept as strings (`document_fields`), so
 Retrieve/Prune filters can match them: strings as they are, other scalars as written in
-JSON (`true`, `false`, `null`, `42`, `2.5`). Only fields whose names are 1..64 ASCII
-letters, digits, `_` or `-` are kept: other names cannot be addressed in a store filter.
+JSON (`true`, `false`, `null`, `42`, `2.5`). Only fields whose names a filter may name
+are kept (`core.validation.FILTER_KEY_RULE`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from typing import Any
 from memoryd.core.errors import FieldViolation
 from memoryd.core.models import Entity, Episode, EpisodeStep, MemoryRecord, Relation
 from memoryd.core.text import utf8_len
+from memoryd.core.validation import is_filter_key
+from memoryd.stores.vectors.port import field_path
 
 # Payload field holding a document's filterable top-level scalars.
 DOCUMENT_FIELDS = "document_fields"
 
-_FIELD_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # Deeper documents are refused: flattening walks them recursively.
 MAX_DEPTH = 64
 
@@ -114,6 +115,14 @@ def parse_document(text: str) -> dict[str, Any]:
         raise ValueError("must hold at least one field")
     if _deeper_than(document, MAX_DEPTH):
         raise ValueError(f"is nested deeper than {MAX_DEPTH} levels")
+    try:
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        # JSON may escape half of a surrogate pair (`"\ud800"`); Python decodes it to a
+        # string no UTF-8 store or response can carry.
+        raise ValueError(
+            "holds a lone surrogate escape (\\ud800-\\udfff without its pair): not Unicode text"
+        ) from None
     return document
 
 
@@ -174,12 +183,12 @@ def document_fields(document: dict[str, Any]) -> dict[str, str]:
     return {
         key: _scalar(value)
         for key, value in document.items()
-        if _FIELD_NAME.fullmatch(key) and not isinstance(value, dict | list)
+        if is_filter_key(key) and not isinstance(value, dict | list)
     }
 
 
 def field_filter_key(name: str) -> str:
-    return f"{DOCUMENT_FIELDS}.{name}"
+    return field_path(DOCUMENT_FIELDS, name)
 
 
 # --------------------------------------------------------------------------- entities

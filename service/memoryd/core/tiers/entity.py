@@ -587,7 +587,24 @@ class EntityTier:
                 problems.append(FieldViolation("kind", "must be RELATION for a relation"))
         return problems
 
-    async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
+    async def check_room(
+        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool
+    ) -> None:
+        """Refuse an import whose entities or relations would pass their quota (ids already
+        stored count as nothing new). Entity imports do not auto-prune: `auto_prune` is
+        accepted for the common signature, and the quota is still enforced."""
+        known = {
+            p.id
+            for p in await self._memory.call(self._memory.store.retrieve, [r.id for r in records])
+        }
+        for kind in (Kind.ENTITY, Kind.RELATION):
+            new = sum(1 for r in records if r.kind is kind and r.id not in known)
+            if new and await self._room(scope, kind, new) < 0:
+                raise self._full(scope, kind)
+
+    async def restore(
+        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool = False
+    ) -> ImportResult:
         """Content and name key derive from the body, as on Add. An entity whose name the
         user already has under another id is skipped: names stay unique."""
         derived: list[MemoryRecord] = []

@@ -9,7 +9,8 @@ moves it to the cold archive (see `_archivable`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 
 from memoryd.core.errors import FieldViolation, QuotaExceeded
 from memoryd.core.lifecycle.cold_archive import ColdArchive
@@ -27,7 +28,7 @@ from memoryd.core.models import (
     Tier,
     TierUsage,
 )
-from memoryd.core.tiers.archiving import DAY_S, ArchivingVectorTier
+from memoryd.core.tiers.archiving import DAY_S, ArchivingVectorTier, Room
 from memoryd.core.tiers.bodies import episode_problems, render_episode
 from memoryd.core.validation import Violations
 from memoryd.settings import EpisodicSettings
@@ -85,15 +86,35 @@ class EpisodicTier(ArchivingVectorTier):
         ttl_date = record.created_at + self._settings.ttl_days * DAY_S
         return record.expires_at >= ttl_date - _EARLY_S
 
-    def _full(self, scope: Scope) -> QuotaExceeded:
+    def _room(self, scope: Scope) -> Room:
+        """The quota of one agent of the user: its live episodes."""
         limit = self._settings.max_episodes_per_agent
-        return quota_full(
-            f"episodic:{scope.user_id}/{scope.agent_id}",
-            "episodic.max_episodes_per_agent",
-            limit,
-            f"episodic memory of agent {scope.agent_id!r} is full (max: {limit:,} "
-            "episodes per agent); delete old episodes or upgrade your plan",
+        return Room(
+            lock_key=(scope.tenant, scope.user_id, scope.agent_id),
+            live=self._of_agent(scope),
+            max_count=limit,
+            count_full=lambda: quota_full(
+                f"episodic:{scope.user_id}/{scope.agent_id}",
+                "episodic.max_episodes_per_agent",
+                limit,
+                f"episodic memory of agent {scope.agent_id!r} is full (max: {limit:,} "
+                "episodes per agent); delete old episodes or upgrade your plan",
+            ),
         )
+
+    def _rooms(
+        self, scope: Scope, records: Sequence[MemoryRecord]
+    ) -> list[tuple[Room, list[MemoryRecord]]]:
+        by_agent: dict[str, list[MemoryRecord]] = {}
+        for record in records:
+            by_agent.setdefault(record.agent_id, []).append(record)
+        return [
+            (self._room(dataclasses.replace(scope, agent_id=agent)), items)
+            for agent, items in by_agent.items()
+        ]
+
+    def _full(self, scope: Scope) -> QuotaExceeded:
+        return self._room(scope).count_full()
 
     async def add_summary(
         self,
@@ -141,15 +162,11 @@ class EpisodicTier(ArchivingVectorTier):
     async def add(self, cmd: AddCommand) -> AddResult:
         scope, episode = cmd.scope, cmd.episode
         assert episode is not None  # check_add refused a request without one
-        limit = self._settings.max_episodes_per_agent
-        of_agent = self._of_agent(scope)
-        async with self._locks((scope.tenant, scope.user_id, scope.agent_id)):
+        room = self._room(scope)
+        limit, of_agent = room.max_count, room.live
+        async with self._locks(room.lock_key):
             count, operation = await self._make_room(
-                of_agent,
-                await self._count(of_agent),
-                limit,
-                cmd.auto_prune,
-                lambda: self._full(scope),
+                of_agent, await self._count(of_agent), limit, cmd.auto_prune, room.count_full
             )
             now = self._clock()
             expires = now + self._settings.ttl_days * DAY_S

@@ -11,6 +11,9 @@ from memoryd.core.tiers.hot_errors import hot_store_calls
 
 E = TypeVar("E")
 
+# The strategies that remove anything from a hot tier; the others leave it as it is.
+HOT_STRATEGIES = frozenset({PruneStrategy.ALL, PruneStrategy.BY_FILTER})
+
 
 def metadata_matches(metadata: Mapping[str, str], filters: Mapping[str, str]) -> bool:
     return all(metadata.get(k) == v for k, v in filters.items())

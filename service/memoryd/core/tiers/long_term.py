@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 from memoryd.core.errors import FieldViolation, MemorydError, QuotaExceeded
@@ -17,7 +18,6 @@ from memoryd.core.memory.vector_memory import (
 from memoryd.core.models import (
     AddCommand,
     AddResult,
-    ImportResult,
     Kind,
     Lookup,
     MemoryRecord,
@@ -28,10 +28,16 @@ from memoryd.core.models import (
     Tier,
     TierUsage,
 )
-from memoryd.core.tiers.archiving import ArchivingVectorTier
+from memoryd.core.ratelimit_log import EveryFewSeconds
+from memoryd.core.text import utf8_len
+from memoryd.core.tiers.archiving import ArchivingVectorTier, Room
 from memoryd.core.validation import Violations
 from memoryd.settings import LongTermSettings, QuotaSettings
-from memoryd.stores.vectors.port import Filter, MatchAny
+from memoryd.stores.vectors.port import Filter, HasId, MatchAny, MatchValue, canonical_id
+
+log = logging.getLogger(__name__)
+# A user at the limit who keeps talking would log this for every message.
+_copies_log = EveryFewSeconds(log, interval_s=60.0)
 
 
 class LongTermTier(ArchivingVectorTier):
@@ -68,6 +74,44 @@ class LongTermTier(ArchivingVectorTier):
         digest = content_hash(scope, record.tier, record.key, record.content)
         payload = to_payload(record, scope, digest, self._settings.compress_over_bytes)
         return NewPoint(record=record, payload=payload, embed_text=embed_text_of(payload))
+
+    def _room(self, scope: Scope) -> Room:
+        """The user's long-term quota: live memories against their quota profile."""
+        profile = self._quotas.profile_for(scope)
+        limit = profile.limits.long_term_max_memories
+        max_bytes = profile.limits.long_term_max_bytes
+        subject = f"long_term:{scope.user_id}"
+        return Room(
+            lock_key=(scope.tenant, scope.user_id),
+            live=self._live(scope),
+            max_count=limit,
+            count_full=lambda: quota_full(
+                subject,
+                "long_term.max_memories",
+                limit,
+                f"long-term memory is full (max: {limit:,} memories, quota profile "
+                f"{profile.name!r}); delete old memories or upgrade your plan",
+            ),
+            max_bytes=max_bytes,
+            bytes_full=lambda new_bytes, used: quota_full(
+                subject,
+                "long_term.max_bytes",
+                max_bytes,
+                f"long-term memory would exceed its size quota with {new_bytes:,} more bytes "
+                f"({used:,} bytes used, max: {max_bytes:,} bytes, quota profile "
+                f"{profile.name!r}); delete old memories or upgrade your plan",
+            ),
+            max_item_bytes=self._max_content_bytes,
+        )
+
+    def _rooms(
+        self, scope: Scope, records: Sequence[MemoryRecord]
+    ) -> list[tuple[Room, list[MemoryRecord]]]:
+        return [(self._room(scope), list(records))] if records else []
+
+    def _restorable(self, records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+        # Unlike episodes and documents, the content is the memory itself: kept as is.
+        return list(records)
 
     async def add(self, cmd: AddCommand) -> AddResult:
         [outcome] = await self.add_many([cmd])
@@ -194,10 +238,15 @@ class LongTermTier(ArchivingVectorTier):
             f"{profile.name!r}); delete old memories or upgrade your plan",
         )
 
-    async def add_messages(self, items: Sequence[tuple[Scope, MemoryRecord]]) -> None:
+    async def add_messages(self, items: Sequence[tuple[Scope, MemoryRecord]]) -> int:
         """The durable copies of conversation messages; ids are the messages' own, so a
-        replay after a restart rewrites the same points instead of adding new ones."""
-        points = []
+        replay after a restart rewrites the same points instead of adding new ones.
+
+        Copies count against the long-term quota like every other write: a user at the
+        limit makes room by dropping their oldest message copies (never a memory they
+        added themselves); a copy that still does not fit is not made (the message stays
+        in its session) and a warning is logged. Returns how many new copies were stored."""
+        by_user: dict[tuple[str, str], list[NewPoint]] = {}
         for scope, message in items:
             record = MemoryRecord(
                 id=message.id,
@@ -212,8 +261,47 @@ class LongTermTier(ArchivingVectorTier):
                 agent_id=scope.agent_id,
                 session_id=scope.session_id,
             )
-            points.append(self._new_point(record, scope))
-        await self._memory.insert(points)
+            user = (scope.tenant, scope.user_id)
+            by_user.setdefault(user, []).append(self._new_point(record, scope))
+        stored = 0
+        for (tenant, user_id), points in by_user.items():
+            stored += await self._copy(Scope(tenant=tenant, user_id=user_id), points)
+        return stored
+
+    async def _copy(self, scope: Scope, points: list[NewPoint]) -> int:
+        memory, room = self._memory, self._room(scope)
+        async with self._locks(room.lock_key):
+            ids = [p.record.id for p in points]
+            known = {p.id for p in await memory.call(memory.store.retrieve, ids)}
+            new = [p for p in points if canonical_id(p.record.id) not in known]
+            count = await self._count(room.live)
+            if (over := count + len(new) - room.max_count) > 0:
+                copies = Filter(
+                    must=[room.live, MatchValue("kind", Kind.MESSAGE.value)],
+                    must_not=[HasId(sorted(known))] if known else [],
+                )
+                count -= await self._drop_oldest(copies, over)
+            # What still does not fit: the batch's oldest messages go without a copy.
+            skipped = new[: max(0, count + len(new) - room.max_count)]
+            new = new[len(skipped) :]
+            new_bytes = sum(utf8_len(p.record.content) for p in new)
+            used = await memory.bytes_used(
+                room.live, count, room.max_bytes - new_bytes, self._max_content_bytes
+            )
+            while new and used + new_bytes > room.max_bytes:
+                new_bytes -= utf8_len(new[0].record.content)
+                skipped.append(new.pop(0))
+            if skipped:
+                _copies_log.warning(
+                    "long-term memory of user %s/%s is full: %d conversation message(s) kept "
+                    "in their session without a durable copy",
+                    scope.tenant,
+                    scope.user_id,
+                    len(skipped),
+                )
+            left_out = {p.record.id for p in skipped}
+            await memory.insert([p for p in points if p.record.id not in left_out])
+        return len(new)
 
     async def delete(self, lookup: Lookup) -> int:
         """Soft delete: hidden at once, purged by a later Prune (EXPIRED or ALL)."""
@@ -228,10 +316,6 @@ class LongTermTier(ArchivingVectorTier):
         if record.kind in self._foreign_kinds:
             problems.append(FieldViolation("kind", f"{record.kind.value} belongs to another tier"))
         return problems
-
-    async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
-        # Unlike episodes and documents, the content is the memory itself: kept as is.
-        return await self._memory.restore(scope, records, self._compress_over_bytes)
 
     async def usage(self, scope: Scope) -> TierUsage:
         """Live memories (what the quota counts) and their content bytes."""

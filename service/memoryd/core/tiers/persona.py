@@ -350,7 +350,14 @@ class PersonaTier:
             problems.append(FieldViolation("key", f"is over {self._limits.max_key_bytes} bytes"))
         return problems
 
-    async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
+    async def check_room(
+        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool
+    ) -> None:
+        return None  # persona facts have no quota
+
+    async def restore(
+        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool = False
+    ) -> ImportResult:
         return await self._memory.restore(scope, records, self._settings.compress_over_bytes)
 
     async def usage(self, scope: Scope) -> TierUsage:

@@ -18,7 +18,6 @@ from memoryd.core.models import (
     MemoryRecord,
     Operation,
     PruneCommand,
-    PruneStrategy,
     RetrieveQuery,
     Role,
     Scope,
@@ -28,7 +27,7 @@ from memoryd.core.models import (
 from memoryd.core.text import overlap_score, utf8_len, words
 from memoryd.core.tiers.base import TierHits
 from memoryd.core.tiers.hot_errors import hot_store_calls
-from memoryd.core.tiers.hot_prune import metadata_matches, prune_hot
+from memoryd.core.tiers.hot_prune import HOT_STRATEGIES, metadata_matches, prune_hot
 from memoryd.core.validation import Violations
 from memoryd.settings import ShortTermSettings
 from memoryd.stores.hot.port import HotStore, SessionKey, SessionMessage
@@ -149,8 +148,10 @@ class ShortTermTier:
 
     async def prune(self, cmd: PruneCommand) -> int:
         # Messages otherwise leave by TTL and trimming: nothing else ages out of a session.
-        if cmd.strategy is PruneStrategy.ALL and not cmd.scope.session_id:
-            # The user's erasure (the engine's only call without a session): every session.
+        if cmd.strategy not in HOT_STRATEGIES:
+            return 0
+        if not cmd.scope.session_id:
+            # No session named (an erasure, or a prune of every tier): every session.
             return sum(
                 [
                     await self.prune(dataclasses.replace(cmd, scope=scope_of(s)))
@@ -196,7 +197,14 @@ class ShortTermTier:
             )
         return problems
 
-    async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
+    async def check_room(
+        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool
+    ) -> None:
+        return None  # a session keeps its newest messages: older ones are trimmed, not refused
+
+    async def restore(
+        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool = False
+    ) -> ImportResult:
         """Messages are appended to their session, oldest first, with their ids and times.
         No durable long-term copy is queued: an export carries those copies itself."""
         result = ImportResult()

@@ -9,7 +9,7 @@ Prune `filters` match a document's top-level scalar fields (string-compared, see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from memoryd.core.errors import FieldViolation, QuotaExceeded
 from memoryd.core.lifecycle.cold_archive import ColdArchive
@@ -26,7 +26,7 @@ from memoryd.core.models import (
     TierUsage,
 )
 from memoryd.core.text import utf8_len
-from memoryd.core.tiers.archiving import ArchivingVectorTier
+from memoryd.core.tiers.archiving import ArchivingVectorTier, Room
 from memoryd.core.tiers.bodies import (
     document_problems,
     field_filter_key,
@@ -35,7 +35,7 @@ from memoryd.core.tiers.bodies import (
 )
 from memoryd.core.validation import Violations
 from memoryd.settings import StructuredSettings
-from memoryd.stores.vectors.port import Condition, Filter, MatchValue
+from memoryd.stores.vectors.port import Condition, Filter, MatchValue, field_path
 
 
 class StructuredTier(ArchivingVectorTier):
@@ -67,7 +67,12 @@ class StructuredTier(ArchivingVectorTier):
     def _filter_conditions(self, filters: Mapping[str, str]) -> list[Condition]:
         """Each entry matches the document's top-level field or the metadata entry."""
         return [
-            Filter(should=[MatchValue(f"metadata.{k}", v), MatchValue(field_filter_key(k), v)])
+            Filter(
+                should=[
+                    MatchValue(field_path("metadata", k), v),
+                    MatchValue(field_filter_key(k), v),
+                ]
+            )
             for k, v in filters.items()
         ]
 
@@ -78,6 +83,36 @@ class StructuredTier(ArchivingVectorTier):
             limit,
             f"{message}; delete old documents or upgrade your plan",
         )
+
+    def _room(self, scope: Scope) -> Room:
+        """The user's structured quota: live documents, and their JSON bytes."""
+        limit, max_bytes = self._settings.max_documents, self._settings.max_bytes
+        return Room(
+            lock_key=(scope.tenant, scope.user_id),
+            live=self._live(scope),
+            max_count=limit,
+            count_full=lambda: self._full(
+                scope,
+                "max_documents",
+                limit,
+                f"structured memory is full (max: {limit:,} documents)",
+            ),
+            size_of=lambda r: utf8_len(r.document_json),
+            max_bytes=max_bytes,
+            bytes_full=lambda new_bytes, used: self._full(
+                scope,
+                "max_bytes",
+                max_bytes,
+                f"structured memory would exceed its size quota with {new_bytes:,} more bytes "
+                f"({used:,} bytes used, max: {max_bytes:,} bytes)",
+            ),
+            max_item_bytes=self._max_content_bytes,
+        )
+
+    def _rooms(
+        self, scope: Scope, records: Sequence[MemoryRecord]
+    ) -> list[tuple[Room, list[MemoryRecord]]]:
+        return [(self._room(scope), list(records))] if records else []
 
     async def add(self, cmd: AddCommand) -> AddResult:
         scope = cmd.scope

@@ -18,7 +18,6 @@ from memoryd.core.models import (
     MemoryRecord,
     Operation,
     PruneCommand,
-    PruneStrategy,
     RetrieveQuery,
     Scope,
     Tier,
@@ -27,7 +26,7 @@ from memoryd.core.models import (
 from memoryd.core.text import overlap_score, utf8_len, words
 from memoryd.core.tiers.base import TierHits
 from memoryd.core.tiers.hot_errors import hot_store_calls
-from memoryd.core.tiers.hot_prune import metadata_matches, prune_hot
+from memoryd.core.tiers.hot_prune import HOT_STRATEGIES, metadata_matches, prune_hot
 from memoryd.core.validation import Violations, check_key
 from memoryd.settings import LimitSettings, WorkingSettings
 from memoryd.stores.hot.port import EntryLimitReached, HotStore, TaskKey, WorkingEntry
@@ -185,8 +184,10 @@ class WorkingTier:
 
     async def prune(self, cmd: PruneCommand) -> int:
         # Working entries live until their task ends: nothing expires or ages out.
-        if cmd.strategy is PruneStrategy.ALL and not cmd.scope.task_id:
-            # The user's erasure (the engine's only call without a task): every task.
+        if cmd.strategy not in HOT_STRATEGIES:
+            return 0
+        if not cmd.scope.task_id:
+            # No task named (an erasure, or a prune of every tier): every task of the user.
             return sum(
                 [
                     await self.prune(dataclasses.replace(cmd, scope=scope_of(t)))
@@ -232,7 +233,24 @@ class WorkingTier:
             )
         return problems
 
-    async def restore(self, scope: Scope, records: Sequence[MemoryRecord]) -> ImportResult:
+    async def check_room(
+        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool
+    ) -> None:
+        """A task's new keys must fit its entry limit (the size limit evicts, as on Add)."""
+        by_task: dict[TaskKey, set[str]] = {}
+        for r in records:
+            by_task.setdefault(
+                TaskKey(scope.tenant, scope.user_id, r.agent_id, r.task_id), set()
+            ).add(r.key)
+        for task, keys in by_task.items():
+            with hot_store_calls():
+                existing = {e.key for e in await self._store.list_entries(task)}
+            if len(existing | keys) > self._settings.max_entries:
+                raise self._full(scope_of(task))
+
+    async def restore(
+        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool = False
+    ) -> ImportResult:
         """Entries go under their own agent and task, for the importing user."""
         result = ImportResult()
         by_task: dict[TaskKey, list[MemoryRecord]] = {}

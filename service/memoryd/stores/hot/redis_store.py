@@ -13,6 +13,8 @@ from dataclasses import asdict
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
+from redis.exceptions import ResponseError
+
 from memoryd.stores.hot.port import (
     AppendOutcome,
     EntryLimitReached,
@@ -24,6 +26,7 @@ from memoryd.stores.hot.port import (
     WorkingEntry,
 )
 from memoryd.stores.redis_clients import DOWN, AsyncClient, FirstUse, open_async
+from memoryd.stores.redis_errors import redis_unavailable
 
 T = TypeVar("T")
 
@@ -196,6 +199,10 @@ class RedisHotStore:
             return await op()
         except DOWN as exc:
             raise HotStoreDown(f"redis at {self._safe_url()}: {exc}") from exc
+        except ResponseError as exc:
+            if redis_unavailable(exc):
+                raise HotStoreDown(f"redis at {self._safe_url()}: {exc}") from exc
+            raise
 
     def _safe_url(self) -> str:
         # Never echo a password back to callers.

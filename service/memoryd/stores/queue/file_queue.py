@@ -116,6 +116,12 @@ class FileQueue:
             self._journal.truncate(0)
             self._journal.seek(0)
 
+    async def release(self, ids: list[str]) -> None:
+        for entry_id in ids:
+            self._taken.discard(int(entry_id))
+        if self._available():
+            self._arrived.set()
+
     def _write_acked(self) -> None:
         tmp = self._acked_path.with_suffix(".tmp")
         tmp.write_text(str(self._acked))

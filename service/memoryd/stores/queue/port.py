@@ -34,6 +34,11 @@ class WriteBehindQueue(Protocol):
 
     async def ack(self, ids: list[str]) -> None: ...
 
+    async def release(self, ids: list[str]) -> None:
+        """Hand taken entries out again on the next `take`: their work failed (a store was
+        down) and must be retried now, not after a restart."""
+        ...
+
     async def pending(self) -> int:
         """Entries put and not yet acked."""
         ...

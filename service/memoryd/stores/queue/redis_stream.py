@@ -8,6 +8,7 @@ claimed by the others.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -23,6 +24,14 @@ STREAM = "memoryd:wb:messages"
 # holding it) is chosen deliberately and any key added beside it later shares the slot.
 # One Redis keeps the old name: entries pending at an upgrade stay where they were.
 CLUSTER_STREAM = "memoryd:{wb}:messages"
+
+_NO_GROUP = "NOGROUP"
+
+log = logging.getLogger(__name__)
+
+
+class _GroupLost(Exception):
+    """The stream or its consumer group is gone (see `_grouped`)."""
 
 
 class RedisStreamQueue:
@@ -58,23 +67,44 @@ class RedisStreamQueue:
         except DOWN as exc:
             raise QueueDown(f"redis stream {self._stream}: {exc}") from exc
         except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            # A Redis restarted without its data lost the group: make it again next time.
-            self._group_ready = False
+            if _NO_GROUP in str(exc):
+                raise _GroupLost from exc
+            # READONLY (a replica), MISCONF, OOM, WRONGTYPE...: the queue cannot work now.
             raise QueueDown(f"redis stream {self._stream}: {exc}") from exc
 
     async def _ensure_group(self) -> None:
         if self._group_ready:
             return
         try:
-            await self._call(
-                lambda: self._redis.xgroup_create(self._stream, _GROUP, id="0", mkstream=True)
-            )
+            await self._redis.xgroup_create(self._stream, _GROUP, id="0", mkstream=True)
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
-                raise
+                raise QueueDown(f"redis stream {self._stream}: {exc}") from exc
+        except DOWN as exc:
+            raise QueueDown(f"redis stream {self._stream}: {exc}") from exc
         self._group_ready = True
+
+    async def _grouped(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Run a command of the consumer group. A Redis that restarted without its data (no
+        persistence, a fail-over to a fresh node, FLUSHALL) no longer has the group: it is
+        created again, from the start of whatever the stream holds now, and the command
+        retried, so the copier resumes without a restart of memoryd."""
+        await self._ensure_group()
+        try:
+            return await self._call(op)
+        except _GroupLost:
+            log.warning(
+                "redis stream %s lost its consumer group (Redis restarted without its data?): "
+                "creating it again",
+                self._stream,
+            )
+            self._group_ready = False
+            self._backlog_done = False
+            await self._ensure_group()
+            try:
+                return await self._call(op)
+            except _GroupLost as exc:
+                raise QueueDown(f"redis stream {self._stream}: the group keeps vanishing") from exc
 
     async def put(self, body: dict[str, Any]) -> str:
         doc = json.dumps(body, separators=(",", ":"))
@@ -82,14 +112,13 @@ class RedisStreamQueue:
         return _text(entry_id)
 
     async def take(self, max_items: int, wait_s: float) -> list[QueueEntry]:
-        await self._ensure_group()
         if not self._backlog_done:
             # Our own entries taken before a restart and never acked come first.
             own = await self._read("0", max_items, None)
             if own:
                 return own
             self._backlog_done = True
-        claimed = await self._call(
+        claimed = await self._grouped(
             lambda: self._redis.xautoclaim(
                 self._stream, _GROUP, self._consumer, self._claim_idle_ms, "0-0", count=max_items
             )
@@ -100,7 +129,7 @@ class RedisStreamQueue:
         return await self._read(">", max_items, max(1, int(wait_s * 1000)))
 
     async def _read(self, start: str, count: int, block_ms: int | None) -> list[QueueEntry]:
-        reply: list[Any] = await self._call(
+        reply: list[Any] = await self._grouped(
             lambda: self._redis.xreadgroup(  # type: ignore[arg-type,return-value]
                 _GROUP, self._consumer, {self._stream: start}, count=count, block=block_ms
             )
@@ -112,14 +141,17 @@ class RedisStreamQueue:
 
     async def ack(self, ids: list[str]) -> None:
         if ids:
-            await self._call(lambda: self._redis.xack(self._stream, _GROUP, *ids))
+            await self._grouped(lambda: self._redis.xack(self._stream, _GROUP, *ids))
             await self._call(lambda: self._redis.xdel(self._stream, *ids))
 
+    async def release(self, ids: list[str]) -> None:
+        # They stay in our pending list: the next take reads that list first again.
+        self._backlog_done = False
+
     async def pending(self) -> int:
-        await self._ensure_group()
-        info = await self._call(lambda: self._redis.xpending(self._stream, _GROUP))
+        info = await self._grouped(lambda: self._redis.xpending(self._stream, _GROUP))
         undelivered = 0
-        groups = await self._call(lambda: self._redis.xinfo_groups(self._stream))
+        groups = await self._grouped(lambda: self._redis.xinfo_groups(self._stream))
         for group in groups:
             if _text(group.get("name", b"")) == _GROUP:
                 undelivered = int(group.get("lag") or 0)

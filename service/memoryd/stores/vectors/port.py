@@ -200,7 +200,8 @@ FilterScalar: TypeAlias = str | int | bool
 
 @dataclass(frozen=True, slots=True)
 class MatchValue:
-    """Payload ``field`` equals ``value``. Dotted keys reach into objects: ``metadata.x``."""
+    """Payload ``field`` equals ``value``. Dotted keys reach into objects: ``metadata.x``
+    (see `field_path` for a key taken literally)."""
 
     field: str
     value: FilterScalar
@@ -271,6 +272,15 @@ class Filter:
 
 
 Condition: TypeAlias = MatchValue | MatchAny | Range | IsEmpty | IsNull | HasId | Filter
+
+
+def field_path(parent: str, key: str) -> str:
+    """The payload path of `key` inside the object `parent`, naming the key literally: it
+    is quoted, so `a.b`, `a[0]` or `2024` are keys, never a path into nested values (Qdrant
+    JSON paths; both engines read quoted keys). A quoted key cannot hold `"` or `\\`."""
+    if not key or '"' in key or "\\" in key:
+        raise ValueError(f"payload key {key!r} cannot be named in a filter")
+    return f'{parent}."{key}"'
 
 
 # --------------------------------------------------------------------------- helpers
