@@ -96,6 +96,24 @@ async def _checked(requests: AsyncIterator[Any], context: Context) -> AsyncItera
         yield request
 
 
+def _unless_malformed(concern: Behavior, plain: Behavior, generates: bool) -> Behavior:
+    """`concern` for decoded requests; an undecodable one goes straight on to the layer
+    that refuses it (a concern needing the request has nothing to look at)."""
+    if generates:
+
+        async def stream(request: Any, context: Context) -> AsyncIterator[Any]:
+            chosen = plain if request is MALFORMED else concern
+            async for response in chosen(request, context):
+                yield response
+
+        return stream
+
+    async def unary(request: Any, context: Context) -> Any:
+        return await (plain if request is MALFORMED else concern)(request, context)
+
+    return unary
+
+
 class AroundCall(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Runs `around(details, context)` around every MemoryService call; other services
     (health, reflection) pass through, apart from the malformed-request check below.
@@ -142,7 +160,9 @@ class AroundCall(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                 # (grpc_health's Watch): that one is wrapped like a unary one.
                 generates = responses_stream and inspect.isasyncgenfunction(behavior)
                 if ours:
-                    behavior = self.wrap_behavior(behavior, details, generates)
+                    behavior = _unless_malformed(
+                        self.wrap_behavior(behavior, details, generates), behavior, generates
+                    )
                 wrap = self._wrap_stream if generates else self._wrap_unary
                 return make(  # type: ignore[no-any-return]
                     wrap(behavior, around, check, requests_stream),
