@@ -37,7 +37,7 @@ class Acked:
 class WriteLoad:
     def __init__(
         self,
-        stub: memory_pb2_grpc.MemoryServiceStub,
+        stub: memory_pb2_grpc.MemoryServiceAsyncStub,
         user_id: str,
         *,
         clients: int = 4,
@@ -115,7 +115,7 @@ class WriteLoad:
 
 
 async def missing_long_term(
-    stub: memory_pb2_grpc.MemoryServiceStub, user_id: str, ids: list[str]
+    stub: memory_pb2_grpc.MemoryServiceAsyncStub, user_id: str, ids: list[str]
 ) -> list[str]:
     """The ids among `ids` the user's long-term memory does not hold."""
     missing: list[str] = []

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
@@ -69,7 +69,7 @@ HOSTILE_STRINGS = [
 
 # Valid Unicode only: a protobuf string field cannot hold a lone surrogate (that is
 # `hand_encoded`'s business, as raw bytes).
-TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
+TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 STRINGS = st.one_of(st.sampled_from(HOSTILE_STRINGS), TEXT)
 
 JSON_SCALARS = st.one_of(
@@ -140,6 +140,16 @@ SPECIAL: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
+def _enum_numbers(field: FieldDescriptor) -> list[int]:
+    assert field.enum_type is not None, field.full_name  # only called for enum fields
+    return [v.number for v in field.enum_type.values]
+
+
+def _message_type(field: FieldDescriptor) -> Descriptor:
+    assert field.message_type is not None, field.full_name  # only called for message fields
+    return field.message_type
+
+
 def _plain_scalar(field: FieldDescriptor) -> st.SearchStrategy[Any]:
     t = field.type
     if t in INT_RANGES:
@@ -149,7 +159,7 @@ def _plain_scalar(field: FieldDescriptor) -> st.SearchStrategy[Any]:
     if t == FieldDescriptor.TYPE_STRING:
         return PLAIN_TEXT
     if t == FieldDescriptor.TYPE_ENUM:
-        return st.sampled_from([v.number for v in field.enum_type.values if v.number])
+        return st.sampled_from([n for n in _enum_numbers(field) if n])
     return _scalar(field)
 
 
@@ -169,7 +179,7 @@ def _scalar(field: FieldDescriptor) -> st.SearchStrategy[Any]:
     if t == FieldDescriptor.TYPE_BYTES:
         return st.binary(max_size=64)
     if t == FieldDescriptor.TYPE_ENUM:
-        known = [v.number for v in field.enum_type.values]
+        known = _enum_numbers(field)
         # Proto3 enums are open: any int32 arrives.
         return st.one_of(st.sampled_from(known), st.integers(-(2**31), 2**31 - 1))
     raise AssertionError(f"no strategy for field type {t}")
@@ -187,10 +197,10 @@ def _value(field: FieldDescriptor, depth: int, plausible: bool) -> st.SearchStra
     if field.full_name in SPECIAL:
         return SPECIAL[field.full_name]
     if field.type == FieldDescriptor.TYPE_MESSAGE:
-        if field.message_type.GetOptions().map_entry:
-            key, value = field.message_type.fields
+        if _message_type(field).GetOptions().map_entry:
+            key, value = _message_type(field).fields
             return st.dictionaries(_scalar(key), _value(value, depth + 1, False), max_size=4)
-        single = messages(field.message_type, depth + 1, plausible=False)
+        single = messages(_message_type(field), depth + 1, plausible=False)
     else:
         single = _scalar(field)
     if field.is_repeated:
@@ -200,10 +210,10 @@ def _value(field: FieldDescriptor, depth: int, plausible: bool) -> st.SearchStra
 
 def _plain_value(field: FieldDescriptor, depth: int) -> st.SearchStrategy[Any]:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
-        if field.message_type.GetOptions().map_entry:
-            key, value = field.message_type.fields
+        if _message_type(field).GetOptions().map_entry:
+            key, value = _message_type(field).fields
             return st.dictionaries(_plain_scalar(key), _plain_scalar(value), max_size=3)
-        single = messages(field.message_type, depth + 1, plausible=True)
+        single = messages(_message_type(field), depth + 1, plausible=True)
     else:
         single = _plain_scalar(field)
     if field.is_repeated:
@@ -211,11 +221,14 @@ def _plain_value(field: FieldDescriptor, depth: int) -> st.SearchStrategy[Any]:
     return single
 
 
-def _build(cls: type[Message], values: dict[str, Any]) -> Message:
+def _build(cls: type[Message], descriptor: Descriptor, values: dict[str, Any]) -> Message:
     message = cls()
     for name, value in values.items():
-        field = message.DESCRIPTOR.fields_by_name[name]
-        if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry:
+        field = descriptor.fields_by_name[name]
+        if (
+            field.type == FieldDescriptor.TYPE_MESSAGE
+            and _message_type(field).GetOptions().map_entry
+        ):
             target = getattr(message, name)
             for k, v in value.items():
                 if isinstance(v, Message):
@@ -258,6 +271,17 @@ def messages(
     return _BUILT[key]
 
 
+M = TypeVar("M", bound=Message)
+
+
+def messages_of(cls: type[M], plausible: bool | None = None) -> st.SearchStrategy[M]:
+    """`messages` of the generated class `cls`, typed as it: the descriptor walk builds
+    instances of that very class (GetMessageClass returns the registered one)."""
+    descriptor = cls.DESCRIPTOR
+    assert isinstance(descriptor, Descriptor)  # the upb one passes too; narrows the stub's union
+    return cast(st.SearchStrategy[M], messages(descriptor, plausible=plausible))
+
+
 def _messages(
     descriptor: Descriptor, depth: int, plausible: bool | None
 ) -> st.SearchStrategy[Message]:
@@ -286,7 +310,9 @@ def _messages(
                 and f.containing_oneof is None
             )
         }
-    return st.fixed_dictionaries(required, optional=fields).map(lambda kw: _build(cls, kw))
+    return st.fixed_dictionaries(required, optional=fields).map(
+        lambda kw: _build(cls, descriptor, kw)
+    )
 
 
 # --------------------------------------------------------------------------- wire format
@@ -397,7 +423,7 @@ def adds(draw: st.DrawFn) -> pb.AddRequest:
     if draw(st.booleans()):
         request.importance = draw(st.floats(0, 1, width=32))
     if draw(st.integers(0, 4)) == 0:
-        request.MergeFrom(draw(messages(pb.AddRequest.DESCRIPTOR, plausible=False)))
+        request.MergeFrom(draw(messages_of(pb.AddRequest, plausible=False)))
     return request
 
 
@@ -417,5 +443,5 @@ def import_items(draw: st.DrawFn) -> pb.MemoryItem:
     )
     draw(_body(tier, item))
     if draw(st.integers(0, 4)) == 0:
-        item.MergeFrom(draw(messages(pb.MemoryItem.DESCRIPTOR, plausible=False)))
+        item.MergeFrom(draw(messages_of(pb.MemoryItem, plausible=False)))
     return item

@@ -25,7 +25,15 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from conftest import RunningServer
-from fuzz.strategies import USERS, adds, hand_encoded, import_items, mangled, messages
+from fuzz.strategies import (
+    USERS,
+    adds,
+    hand_encoded,
+    import_items,
+    mangled,
+    messages,
+    messages_of,
+)
 from memoryd.app import build_app
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.port import Embedder
@@ -93,7 +101,7 @@ async def fuzzed(
     port = await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     yield Fuzzed(RunningServer(server, app, channel, port))
-    await channel.close()
+    await channel.close(None)
     await server.stop(grace_s=0)
 
 
@@ -209,7 +217,7 @@ async def test_hostile_unary_requests(
 async def test_hostile_export_requests_read_whole_or_closed_early(
     fuzzed: Fuzzed, no_errors_logged: None, data: st.DataObject
 ) -> None:
-    request = data.draw(messages(pb.ExportRequest.DESCRIPTOR), label="request")
+    request = data.draw(messages_of(pb.ExportRequest), label="request")
     if data.draw(st.booleans(), label="an existing user"):
         request.scope.user_id = data.draw(st.sampled_from(USERS))
     read = data.draw(st.one_of(st.none(), st.integers(1, 3)), label="messages read")
@@ -221,10 +229,9 @@ async def test_hostile_export_requests_read_whole_or_closed_early(
 def import_streams(draw: st.DrawFn) -> list[pb.ImportRequest]:
     """Anything at all, or a well-formed stream (scope, items, a matching trailer) whose
     items are plausible or hostile, so that the items' own checks and quotas are reached."""
-    item = st.one_of(import_items(), messages(pb.MemoryItem.DESCRIPTOR))
-    items = draw(st.lists(item, max_size=5))
+    items = draw(st.lists(st.one_of(import_items(), messages_of(pb.MemoryItem)), max_size=5))
     if draw(st.booleans()):
-        return draw(st.lists(messages(pb.ImportRequest.DESCRIPTOR), max_size=6))
+        return draw(st.lists(messages_of(pb.ImportRequest), max_size=6))
     digest = hashlib.sha256()
     for item in items:
         digest.update(item.SerializeToString(deterministic=True))
@@ -272,10 +279,22 @@ def raw_requests(draw: st.DrawFn, path: str) -> bytes:
 def raw_call(channel: grpc.aio.Channel, path: str) -> tuple[Any, bool, bool]:
     """A call of `path` sending and receiving bytes as they are (identity serializers)."""
     if path.endswith("/Import"):
-        return channel.stream_unary(path), True, False
+        return (
+            channel.stream_unary(path, request_serializer=None, response_deserializer=None),
+            True,
+            False,
+        )
     if path.endswith(("/Export", "/Watch")):
-        return channel.unary_stream(path), False, True
-    return channel.unary_unary(path), False, False
+        return (
+            channel.unary_stream(path, request_serializer=None, response_deserializer=None),
+            False,
+            True,
+        )
+    return (
+        channel.unary_unary(path, request_serializer=None, response_deserializer=None),
+        False,
+        False,
+    )
 
 
 @pytest.mark.parametrize("path", RAW_METHODS)

@@ -84,7 +84,9 @@ async def serving(
         await proc.wait()
 
 
-async def all_copied(stub: memory_pb2_grpc.MemoryServiceStub, user: str, ids: list[str]) -> None:
+async def all_copied(
+    stub: memory_pb2_grpc.MemoryServiceAsyncStub, user: str, ids: list[str]
+) -> None:
     """The copier replays the journal in the background after a start: wait for it."""
     async with asyncio.timeout(120):
         while await missing_long_term(stub, user, ids):  # noqa: ASYNC110 (the server's copier)

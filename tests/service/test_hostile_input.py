@@ -201,7 +201,7 @@ async def test_filter_keys_are_literal_never_paths(vec: RunningServer, user_id: 
     await vec.stub.Add(pb.AddRequest(scope=usc, tier=SD, document_json='{"a": {"b": "1"}}'))
     flat = await vec.stub.Add(pb.AddRequest(scope=usc, tier=SD, document_json='{"a.b": "1"}'))
 
-    async def found(filters: dict[str, str], tier: int = LT) -> list[str]:
+    async def found(filters: dict[str, str], tier: pb.Tier.ValueType = LT) -> list[str]:
         request = pb.RetrieveRequest(scope=usc, tiers=[tier], filters=filters)
         return [i.id for i in (await vec.stub.Retrieve(request)).items]
 
@@ -256,16 +256,26 @@ async def test_undecodable_request_bytes_are_invalid_argument_on_every_rpc(
 
 async def answered_malformed(channel: grpc.aio.Channel, raw: bytes) -> None:
     for method in UNARY:
-        call = channel.unary_unary(f"/memoryd.v1.MemoryService/{method}")
+        call = channel.unary_unary(
+            f"/memoryd.v1.MemoryService/{method}",
+            request_serializer=None,
+            response_deserializer=None,
+        )
         assert_malformed(await rpc_error(call(raw)))
-    export = channel.unary_stream("/memoryd.v1.MemoryService/Export")
+    export = channel.unary_stream(
+        "/memoryd.v1.MemoryService/Export", request_serializer=None, response_deserializer=None
+    )
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         async for _ in export(raw):
             pass
     assert_malformed(caught.value)
-    check = channel.unary_unary("/grpc.health.v1.Health/Check")
+    check = channel.unary_unary(
+        "/grpc.health.v1.Health/Check", request_serializer=None, response_deserializer=None
+    )
     assert_malformed(await rpc_error(check(raw)))
-    watch = channel.unary_stream("/grpc.health.v1.Health/Watch")
+    watch = channel.unary_stream(
+        "/grpc.health.v1.Health/Watch", request_serializer=None, response_deserializer=None
+    )
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         async for _ in watch(raw):
             pass
@@ -277,7 +287,9 @@ async def test_a_field_sent_with_another_wire_type_is_skipped_as_an_unknown_fiel
 ) -> None:
     """Protobuf parsers keep a known field number with the wrong (valid) wire type as an
     unknown field: the request decodes without its scope, which is then what is missing."""
-    call = server.channel.unary_unary("/memoryd.v1.MemoryService/Usage")
+    call = server.channel.unary_unary(
+        "/memoryd.v1.MemoryService/Usage", request_serializer=None, response_deserializer=None
+    )
     err = await rpc_error(call(b"\x08\x01"))  # field 1 (scope, a message) as a varint
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert bad_request_fields(err) == ["scope.user_id"]
@@ -295,7 +307,9 @@ async def test_an_undecodable_message_inside_an_import_stream_writes_nothing(
         trailer = pb.ExportTrailer(item_count=1)
         yield pb.ImportRequest(trailer=trailer).SerializeToString()
 
-    call = server.channel.stream_unary("/memoryd.v1.MemoryService/Import")
+    call = server.channel.stream_unary(
+        "/memoryd.v1.MemoryService/Import", request_serializer=None, response_deserializer=None
+    )
     assert_malformed(await rpc_error(call(stream())))
     assert await export_items(server, user_id) == []
 
@@ -305,7 +319,9 @@ async def test_undecodable_requests_log_one_rate_limited_line_and_no_traceback(
 ) -> None:
     s = await start_server()
     monkeypatch.setattr(interceptors, "_malformed_log", EveryFewSeconds(interceptors.log, 3600))
-    call = s.channel.unary_unary("/memoryd.v1.MemoryService/Add")
+    call = s.channel.unary_unary(
+        "/memoryd.v1.MemoryService/Add", request_serializer=None, response_deserializer=None
+    )
     with caplog.at_level(logging.DEBUG):
         for _ in range(20):
             assert_malformed(await rpc_error(call(UNDECODABLE["invalid wire type"])))

@@ -24,11 +24,11 @@ async def server(start_server: ServerFactory) -> RunningServer:
     return await start_server()
 
 
-async def add(s: RunningServer, sc: pb.Scope, tier: int, **kw: Any) -> str:
+async def add(s: RunningServer, sc: pb.Scope, tier: pb.Tier.ValueType, **kw: Any) -> str:
     return (await s.stub.Add(pb.AddRequest(scope=sc, tier=tier, **kw))).memory_id
 
 
-async def listing(s: RunningServer, sc: pb.Scope, tier: int) -> list[str]:
+async def listing(s: RunningServer, sc: pb.Scope, tier: pb.Tier.ValueType) -> list[str]:
     reply = await s.stub.Retrieve(pb.RetrieveRequest(scope=sc, tiers=[tier], top_k=100))
     return sorted(i.document_json or i.content for i in reply.items)
 

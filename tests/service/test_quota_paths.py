@@ -61,7 +61,7 @@ async def say(s: RunningServer, user: str, content: str) -> None:
     await s.stub.Add(pb.AddRequest(scope=scope(user, session_id="chat"), tier=ST, content=content))
 
 
-def item(tier: int, **kw: Any) -> pb.MemoryItem:
+def item(tier: pb.Tier.ValueType, **kw: Any) -> pb.MemoryItem:
     return pb.MemoryItem(id=str(uuid.uuid4()), tier=tier, **kw)
 
 
