@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -19,11 +20,22 @@ from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.minilm import MiniLMEmbedder
 from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.hot.port import HotStore
+from memoryd.transport.logs import HANDLER_NAME as LOG_HANDLER_NAME
 from memoryd.transport.server import MemorydServer
 from memoryd.transport.telemetry import Telemetry
 from memoryd.v1 import memory_pb2_grpc
 from redis_cluster import RedisCluster
 from redis_server import RedisServer
+
+
+@pytest.fixture(autouse=True)
+def _no_log_handler_left_behind() -> Iterator[None]:
+    """A test that runs the `memoryd` command installs memoryd's log handler on the root
+    logger; remove it afterwards so later tests' output stays theirs."""
+    yield
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if h.get_name() == LOG_HANDLER_NAME]:
+        root.removeHandler(handler)
 
 
 @pytest.fixture(scope="session")

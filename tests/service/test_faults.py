@@ -30,7 +30,7 @@ SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 WK, ST, LT, PE = pb.TIER_WORKING, pb.TIER_SHORT_TERM, pb.TIER_LONG_TERM, pb.TIER_PERSONA
-EP, SD = pb.TIER_EPISODIC, pb.TIER_STRUCTURED
+EP, EN, SD = pb.TIER_EPISODIC, pb.TIER_ENTITY, pb.TIER_STRUCTURED
 STREAM = "memoryd:wb:messages"
 # Retry the copy quickly, so the tests wait little for it.
 FAST_COPIER = {"retry_seconds": 0.05}
@@ -192,7 +192,7 @@ async def test_while_redis_is_down_the_long_term_tiers_are_still_served(
 
         usage = await s.stub.Usage(pb.UsageRequest(scope=everywhere))
         assert list(usage.skipped_tiers) == [WK, ST]
-        assert {t.tier: t.count for t in usage.tiers} == {LT: 1, PE: 0, EP: 0, SD: 0}
+        assert {t.tier: t.count for t in usage.tiers} == {LT: 1, PE: 0, EP: 0, EN: 0, SD: 0}
 
         found = await s.stub.Retrieve(pb.RetrieveRequest(scope=everywhere, query="green tea"))
         assert [i.id for i in found.items] == [kept.memory_id]
@@ -203,7 +203,7 @@ async def test_while_redis_is_down_the_long_term_tiers_are_still_served(
         dump = [r async for r in s.stub.Export(pb.ExportRequest(scope=scope(user_id)))]
         header, items, trailer = dump[0].header, dump[1:-1], dump[-1].trailer
         assert list(header.skipped_tiers) == [WK, ST]
-        assert {c.tier for c in header.counts} == {LT, PE, EP, SD}
+        assert {c.tier for c in header.counts} == {LT, PE, EP, EN, SD}
         assert [m.item.id for m in items] == [kept.memory_id] and trailer.item_count == 1
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             async for _ in s.stub.Export(pb.ExportRequest(scope=scope(user_id), tiers=[WK])):

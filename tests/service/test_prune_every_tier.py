@@ -14,7 +14,7 @@ from memoryd.v1 import memory_pb2 as pb
 from rpc import rpc_error, scope
 
 WK, ST, LT, PE = pb.TIER_WORKING, pb.TIER_SHORT_TERM, pb.TIER_LONG_TERM, pb.TIER_PERSONA
-EP, SD = pb.TIER_EPISODIC, pb.TIER_STRUCTURED
+EP, EN, SD = pb.TIER_EPISODIC, pb.TIER_ENTITY, pb.TIER_STRUCTURED
 APOLLO = {"project": "apollo"}
 GEMINI = {"project": "gemini"}
 
@@ -57,7 +57,7 @@ async def test_by_filter_with_no_tier_named_prunes_every_tier(
     )
 
     per_tier = {c.tier: c.count for c in reply.per_tier}
-    assert per_tier == {WK: 2, ST: 1, LT: 2, PE: 1, EP: 0, SD: 1}
+    assert per_tier == {WK: 2, ST: 1, LT: 2, PE: 1, EP: 0, EN: 0, SD: 1}
     assert reply.deleted_count == 7
     assert await listing(s, scope(user_id, task_id="t1"), WK) == ["gemini t1"]
     assert await listing(s, scope(user_id, task_id="t2"), WK) == ["gemini t2"]
@@ -97,7 +97,15 @@ async def test_oldest_percent_and_expired_with_no_tier_named_prune_the_vector_ti
             scope=usc, strategy=pb.PRUNE_STRATEGY_OLDEST_PERCENT, percent=50, dry_run=True
         )
     )
-    assert {c.tier: c.count for c in dry.per_tier} == {WK: 0, ST: 0, LT: 2, PE: 0, EP: 0, SD: 1}
+    assert {c.tier: c.count for c in dry.per_tier} == {
+        WK: 0,
+        ST: 0,
+        LT: 2,
+        PE: 0,
+        EP: 0,
+        EN: 0,
+        SD: 1,
+    }
     assert len(await listing(server, usc, LT)) == 4  # dry_run changed nothing
 
     done = await server.stub.Prune(
@@ -111,7 +119,7 @@ async def test_oldest_percent_and_expired_with_no_tier_named_prune_the_vector_ti
     expired = await server.stub.Prune(
         pb.PruneRequest(scope=usc, strategy=pb.PRUNE_STRATEGY_EXPIRED)
     )
-    assert expired.deleted_count == 0 and len(expired.per_tier) == 6
+    assert expired.deleted_count == 0 and len(expired.per_tier) == 7
 
 
 async def test_a_strategy_still_needs_its_own_arguments(

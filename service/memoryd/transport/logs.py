@@ -20,7 +20,7 @@ from memoryd.core.observe import request_id
 LogFormat = Literal["auto", "json", "console"]
 
 # Marks the handler this module installs, so configuring again replaces it.
-_HANDLER_NAME = "memoryd"
+HANDLER_NAME = "memoryd"
 
 
 def _add_request_id(logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
@@ -85,10 +85,10 @@ def configure_logging(
     handler: logging.StreamHandler[TextIO] = (
         logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     )
-    handler.set_name(_HANDLER_NAME)
+    handler.set_name(HANDLER_NAME)
     handler.setFormatter(formatter)
     root = logging.getLogger()
-    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
+    for old in [h for h in root.handlers if h.get_name() == HANDLER_NAME]:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
