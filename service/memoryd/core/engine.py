@@ -118,6 +118,7 @@ class MemoryEngine:
         budget = self._resolve_budget(v, query.token_budget)
         check_metadata(v, "filters", query.filters, self._limits)
         check_fraction(v, "min_score", query.min_score)
+        self._check_context_window(v, query.context_window)
         for tier in query.tiers:
             self._check_tier_scope(v, tier, query.scope)
         v.raise_if_any()
@@ -134,6 +135,13 @@ class MemoryEngine:
             token_count=fitted.token_count,
             truncated=fitted.truncated,
         )
+
+    def _check_context_window(self, v: Violations, window: int) -> None:
+        if not 0 <= window <= self._retrieval.max_context_window:
+            v.add(
+                "context_window",
+                f"must be between 0 and {self._retrieval.max_context_window} turns",
+            )
 
     async def _search(
         self, query: RetrieveQuery, tiers: Sequence[Tier], top_k: int
@@ -169,6 +177,7 @@ class MemoryEngine:
         top_k = resolve_top_k(v, request.top_k, self._limits)
         budget = self._resolve_budget(v, request.token_budget)
         check_fraction(v, "min_score", request.min_score)
+        self._check_context_window(v, request.context_window)
         for tier in request.tiers:
             self._check_tier_scope(v, tier, request.scope)
         v.raise_if_any()
@@ -190,6 +199,7 @@ class MemoryEngine:
                 tiers=tiers,
                 top_k=top_k,
                 min_score=request.min_score,
+                context_window=request.context_window,
             )
             found, _, _ = await self._search(query, tiers, top_k)
             # Hot tiers list everything of the task/session; only what the query touches

@@ -123,6 +123,17 @@ class MemoryRecord:
     episode: Episode | None = None
     # Structured tier: the JSON document (`content` is its readable flattening).
     document_json: str = ""
+    # When it was said or happened; 0 means unknown (then `created_at` stands for it).
+    occurred_at: float = 0.0
+    # Place in its session (1, 2, ... in the order added); 0 when not in a session.
+    position: int = 0
+    # Retrieve with a context window: the neighbouring turns of a hit, in session order.
+    context: list[MemoryRecord] = field(default_factory=list)
+
+    @property
+    def when(self) -> float:
+        """When it was said or happened: `occurred_at`, else when it was stored."""
+        return self.occurred_at or self.created_at
 
 
 @dataclass
@@ -140,6 +151,8 @@ class AddCommand:
     auto_prune: bool = False
     episode: Episode | None = None
     document_json: str = ""
+    # When it was said or happened (importing a past conversation); None means now.
+    occurred_at: float | None = None
 
     def new_record(
         self,
@@ -169,6 +182,7 @@ class AddCommand:
             task_id=self.scope.task_id,
             episode=episode,
             document_json=document_json,
+            occurred_at=now if self.occurred_at is None else self.occurred_at,
         )
 
 
@@ -191,6 +205,8 @@ class RetrieveQuery:
     kinds: list[Kind] = field(default_factory=list)
     min_score: float | None = None
     token_budget: int | None = None
+    # Turns before/after each hit of a session to return with it (MemoryRecord.context).
+    context_window: int = 0
 
 
 @dataclass
@@ -211,6 +227,7 @@ class RenderQuery:
     top_k: int = 0
     min_score: float | None = None
     token_budget: int | None = None
+    context_window: int = 0
 
 
 @dataclass

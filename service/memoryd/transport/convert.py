@@ -137,6 +137,7 @@ def add_command(req: pb.AddRequest, principal: Principal) -> AddCommand:
         auto_prune=req.auto_prune,
         episode=episode_from_proto(req.episode) if req.HasField("episode") else None,
         document_json=req.document_json,
+        occurred_at=_seconds(req.occurred_at) if req.HasField("occurred_at") else None,
     )
 
 
@@ -161,6 +162,7 @@ def retrieve_query(req: pb.RetrieveRequest, principal: Principal) -> RetrieveQue
         kinds=[enum_from_proto(Kind, k, f"kinds[{i}]") for i, k in enumerate(req.kinds)],
         min_score=req.min_score if req.HasField("min_score") else None,
         token_budget=req.token_budget if req.HasField("token_budget") else None,
+        context_window=req.context_window,
     )
 
 
@@ -182,6 +184,8 @@ def memory_item(record: MemoryRecord) -> pb.MemoryItem:
         archived=record.archived,
         deleted=record.deleted,
         document_json=record.document_json,
+        position=record.position,
+        context=[memory_item(r) for r in record.context],
     )
     if record.episode is not None:
         item.episode.CopyFrom(episode_to_proto(record.episode))
@@ -191,6 +195,8 @@ def memory_item(record: MemoryRecord) -> pb.MemoryItem:
         item.updated_at.CopyFrom(_timestamp(record.updated_at))
     if record.expires_at is not None:
         item.expires_at.CopyFrom(_timestamp(record.expires_at))
+    if record.occurred_at:
+        item.occurred_at.CopyFrom(_timestamp(record.occurred_at))
     return item
 
 
@@ -213,6 +219,7 @@ def render_query(req: pb.RenderContextRequest, principal: Principal) -> RenderQu
         top_k=req.top_k,
         min_score=req.min_score if req.HasField("min_score") else None,
         token_budget=req.token_budget if req.HasField("token_budget") else None,
+        context_window=req.context_window,
     )
 
 
@@ -293,6 +300,8 @@ def record_from_item(item: pb.MemoryItem) -> MemoryRecord:
         deleted=item.deleted,
         episode=episode_from_proto(item.episode) if item.HasField("episode") else None,
         document_json=item.document_json,
+        occurred_at=_seconds(item.occurred_at) if item.HasField("occurred_at") else 0.0,
+        position=item.position,
     )
 
 

@@ -20,7 +20,8 @@ import numpy as np
 from memoryd.core.errors import FieldViolation, StoreUnavailable
 from memoryd.core.memory.payload import content_hash, embed_text_of, from_payload, to_payload
 from memoryd.core.models import ImportResult, Kind, MemoryRecord, Scope, Tier
-from memoryd.core.retrieval import bm25
+from memoryd.core.retrieval import bm25, conversation
+from memoryd.core.retrieval.temporal import Anchor, TimeResolver, TimeWindow
 from memoryd.core.tiers.base import TierHits
 from memoryd.settings import RetrievalSettings
 from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
@@ -74,6 +75,7 @@ class VectorMemory:
         self._retrieval = retrieval
         self._clock = clock
         self._encoder = bm25.BM25Encoder()
+        self._time = TimeResolver()
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking store call in a thread; a store failure becomes UNAVAILABLE."""
@@ -140,10 +142,15 @@ class VectorMemory:
         return points[0] if points else None
 
     async def records(
-        self, flt: Filter, limit: int, *, newest_first: bool = True
+        self,
+        flt: Filter,
+        limit: int,
+        *,
+        newest_first: bool = True,
+        order_by: str = "created_at",
     ) -> list[MemoryRecord]:
         points, _ = await self.call(
-            self.store.scroll, flt, limit=limit, order_by="created_at", descending=newest_first
+            self.store.scroll, flt, limit=limit, order_by=order_by, descending=newest_first
         )
         return [from_payload(p.id, p.payload) for p in points]
 
@@ -246,10 +253,18 @@ class VectorMemory:
         return [from_payload(p.id, p.payload) for p in points]
 
     async def search(
-        self, flt: Filter, query: str, top_k: int, min_score: float | None
+        self,
+        flt: Filter,
+        query: str,
+        top_k: int,
+        min_score: float | None,
+        *,
+        context_window: int = 0,
     ) -> TierHits:
-        """Candidates by hybrid search, scored 0..1 (see `relevance`), then picked by
-        relevance with a penalty for repeating an already picked memory (`diversify`)."""
+        """Candidates by hybrid search, ranked for conversations (ADR 0400): convex fusion
+        of normalised BM25 and cosine scores, lifted for the speaker the query names, for
+        the time it names, and by the best neighbouring turn; then picked (`diversify`, or
+        with a context window `spread`), each hit with its neighbouring turns."""
         settings = self._retrieval
         threshold = settings.min_score if min_score is None else min_score
         live = await self.call(self.store.count, flt)
@@ -271,33 +286,177 @@ class VectorMemory:
             dense_weight=settings.dense_weight,
             sparse_weight=settings.sparse_weight,
         )
+        pool_size = max(6 * top_k, 30)
         hits = await self.call(
             self.store.search,
             flt,
             dense=dense,
             sparse=sparse,
-            limit=max(4 * top_k, 20),
+            limit=pool_size,
             fusion=fusion,
             with_vectors=dense is not None,
         )
+        when = self._time.resolve(query, self._clock()) if settings.time_lift > 0 else None
+        if isinstance(when, TimeWindow) and hits:
+            # The soft filter also brings candidates from inside the window.
+            inside = await self.call(
+                self.store.search,
+                flt.and_(_window_condition(when)),
+                dense=dense,
+                sparse=sparse,
+                limit=2 * top_k,
+                fusion=fusion,
+                with_vectors=dense is not None,
+            )
+            seen = {h.id for h in hits}
+            hits += [h for h in inside if h.id not in seen]
         idf = await self.call(self._idf, flt, terms, live) if hits and terms else {}
         query_vector = None if dense is None else np.asarray(dense)
-        candidates: list[_Candidate] = []
+        pool = _Pool(self, idf, query_vector)
         for hit in hits:
-            record = from_payload(hit.id, hit.payload)
-            vector = None if hit.dense_vector is None else np.asarray(hit.dense_vector)
-            cosine = _cosine(query_vector, vector)
-            share = _keyword_share(idf, self._terms_of(hit.payload))
-            record.score = relevance(cosine, share, settings.keyword_weight)
-            if record.score >= threshold:
-                candidates.append(_Candidate(record, vector))
-        candidates.sort(key=lambda c: c.record.score, reverse=True)
-        if candidates and settings.relative_cutoff:
-            # Precision over recall: neighbours far below the best match are noise.
-            floor = candidates[0].record.score * settings.relative_cutoff
-            candidates = [c for c in candidates if c.record.score >= floor]
-        picked = diversify(candidates, top_k, settings.diversity)
-        return TierHits(items=picked, total=len(candidates), embedding_ms=embedding_ms)
+            pool.add(hit.id, hit.payload, hit.dense_vector)
+        members = list(pool.members.values())
+        conversation.fuse(members, settings.fusion_keyword_weight)
+        named = conversation.named_speakers(query, {m.speaker for m in members if m.speaker})
+        if isinstance(when, Anchor):
+            when = self._anchor_window(when, members, pool)
+        self._lift(members, named, when)
+        if settings.adjacency_weight > 0:
+            neighbours = await self._neighbours(flt, members, 2 * top_k, pool)
+            conversation.fuse(members, settings.fusion_keyword_weight, others=neighbours)
+            self._lift(members + neighbours, named, when)
+            members += neighbours
+        conversation.adjacency_lift(members, settings.adjacency_weight)
+        by_id = {m.id: m for m in members}
+        kept = [m for m in members if self._absolute(m, by_id, named, when) >= threshold]
+        kept.sort(key=lambda m: m.rank, reverse=True)
+        if context_window > 0:
+            chosen = conversation.spread(kept, top_k, context_window)
+            picked = [pool.record(m.id, m.rank) for m in chosen]
+            await self._attach_context(flt, picked, context_window)
+        else:
+            candidates = [_Candidate(pool.record(m.id, m.rank), pool.vectors[m.id]) for m in kept]
+            picked = diversify(candidates, top_k, settings.diversity)
+        for record in picked:
+            record.score = min(1.0, self._absolute(by_id[record.id], by_id, named, when))
+        return TierHits(items=picked, total=len(kept), embedding_ms=embedding_ms)
+
+    def _lift(
+        self,
+        members: Sequence[conversation.Scored],
+        named: set[str],
+        when: TimeWindow | Anchor | None,
+    ) -> None:
+        """The speaker and time lifts, added to each member's fused score."""
+        settings = self._retrieval
+        for m in members:
+            if m.speaker and m.speaker in named:
+                m.base += settings.speaker_lift
+            if isinstance(when, TimeWindow) and when.contains(m.occurred_at):
+                m.base += settings.time_lift
+
+    def _absolute(
+        self,
+        member: conversation.Scored,
+        by_id: Mapping[str, conversation.Scored],
+        named: set[str],
+        when: TimeWindow | Anchor | None,
+    ) -> float:
+        """The score callers see (and min_score compares with): the memory's `relevance`
+        with the same lifts as its rank, so it means the same in every query."""
+        settings = self._retrieval
+        score = relevance(member.cosine, member.share, settings.keyword_weight)
+        if member.speaker and member.speaker in named:
+            score += settings.speaker_lift
+        if isinstance(when, TimeWindow) and when.contains(member.occurred_at):
+            score += settings.time_lift
+        lifter = by_id.get(member.lifted_by or "")
+        if lifter is not None:
+            own = relevance(lifter.cosine, lifter.share, settings.keyword_weight)
+            score += settings.adjacency_weight * own
+        return score
+
+    def _anchor_window(
+        self, anchor: Anchor, members: Sequence[conversation.Scored], pool: _Pool
+    ) -> TimeWindow | None:
+        """The window an event bounds ("before she moved"): the time of the candidate
+        that holds the largest share of the event's keywords."""
+        event_terms = set(self._encoder.term_ids(anchor.event))
+        weights = {t: w for t, w in pool.idf.items() if t in event_terms}
+        if not weights:
+            return None
+        best = max(members, key=lambda m: _keyword_share(weights, pool.terms[m.id]), default=None)
+        if best is None or _keyword_share(weights, pool.terms[best.id]) <= 0:
+            return None
+        return anchor.window(best.occurred_at)
+
+    async def _neighbours(
+        self,
+        flt: Filter,
+        members: Sequence[conversation.Scored],
+        sources: int,
+        pool: _Pool,
+    ) -> list[conversation.Scored]:
+        """The turns right before and after the `sources` best members, in one store call;
+        those not already in the pool are scored and returned."""
+        best = sorted((m for m in members if m.turn is not None), key=lambda m: -m.base)
+        points = await self._turns_around(flt, best[:sources], 1)
+        known = {m.id for m in members}
+        return [pool.add(p.id, p.payload, p.dense) for p in points if p.id not in known]
+
+    async def _turns_around(
+        self, flt: Filter, members: Sequence[conversation.Scored], window: int
+    ) -> list[StoredPoint]:
+        around: dict[str, list[int]] = {}
+        for m in members:
+            if m.turn is not None:
+                around.setdefault(m.session, []).append(m.position)
+        if not around:
+            return []
+        groups: list[Condition] = [
+            Filter(
+                must=[
+                    MatchValue("session_id", session),
+                    Filter(
+                        should=[
+                            Range("position", gte=p - window, lte=p + window) for p in positions
+                        ]
+                    ),
+                ]
+            )
+            for session, positions in around.items()
+        ]
+        limit = sum(len(ps) for ps in around.values()) * (2 * window + 1)
+        points, _ = await self.call(
+            self.store.scroll, flt.and_(Filter(should=groups)), limit=limit, with_vectors=True
+        )
+        return points
+
+    async def _attach_context(
+        self, flt: Filter, picked: Sequence[MemoryRecord], window: int
+    ) -> None:
+        """Each hit of a session gets the turns within `window` positions of it, in order."""
+        turns = [
+            conversation.Scored(r.id, 0.0, 0.0, 0.0, session=r.session_id, position=r.position)
+            for r in picked
+            if r.session_id and r.position
+        ]
+        if not turns:
+            return
+        points = await self._turns_around(flt, turns, window)
+        by_session: dict[str, list[MemoryRecord]] = {}
+        for p in points:
+            record = from_payload(p.id, p.payload)
+            by_session.setdefault(record.session_id, []).append(record)
+        for r in picked:
+            if not (r.session_id and r.position):
+                continue
+            near = [
+                c
+                for c in by_session.get(r.session_id, [])
+                if c.id != r.id and abs(c.position - r.position) <= window
+            ]
+            r.context = sorted(near, key=lambda c: c.position)
 
     def _idf(self, flt: Filter, terms: Sequence[int], live: int) -> dict[int, float]:
         """BM25 inverse document frequency of each query term among the memories `flt`
@@ -320,6 +479,56 @@ class VectorMemory:
 class _Candidate:
     record: MemoryRecord
     vector: np.ndarray[Any, Any] | None
+
+
+class _Pool:
+    """The memories a query ranks: their signals, vectors, term ids and payloads."""
+
+    def __init__(
+        self,
+        memory: VectorMemory,
+        idf: Mapping[int, float],
+        query_vector: np.ndarray[Any, Any] | None,
+    ) -> None:
+        self._memory = memory
+        self.idf = idf
+        self._query = query_vector
+        self.members: dict[str, conversation.Scored] = {}
+        self.payloads: dict[str, dict[str, Any]] = {}
+        self.vectors: dict[str, np.ndarray[Any, Any] | None] = {}
+        self.terms: dict[str, set[int]] = {}
+
+    def add(
+        self, point_id: str, payload: dict[str, Any], dense: Sequence[float] | None
+    ) -> conversation.Scored:
+        vector = None if dense is None else np.asarray(dense)
+        terms = self._memory._terms_of(payload)
+        metadata = payload.get("metadata") or {}
+        speaker = next((str(metadata[k]) for k in conversation.SPEAKER_KEYS if metadata.get(k)), "")
+        member = conversation.Scored(
+            id=point_id,
+            cosine=_cosine(self._query, vector),
+            bm25=conversation.bm25_binary(
+                self.idf, terms, bm25.DEFAULT_K1, bm25.DEFAULT_B, bm25.DEFAULT_AVG_DOC_LEN
+            ),
+            share=_keyword_share(self.idf, terms),
+            speaker=speaker,
+            session=str(payload.get("session_id") or ""),
+            position=int(payload.get("position") or 0),
+            occurred_at=float(payload.get("occurred_at") or payload.get("created_at") or 0.0),
+        )
+        self.members[point_id] = member
+        self.payloads[point_id] = payload
+        self.vectors[point_id] = vector
+        self.terms[point_id] = terms
+        return member
+
+    def record(self, point_id: str, score: float) -> MemoryRecord:
+        return from_payload(point_id, self.payloads[point_id], score)
+
+
+def _window_condition(window: TimeWindow) -> Condition:
+    return Range("occurred_at", gte=window.start, lt=window.end)
 
 
 def relevance(cosine: float, keyword_share: float, keyword_weight: float) -> float:

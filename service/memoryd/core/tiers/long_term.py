@@ -109,14 +109,39 @@ class LongTermTier(ArchivingVectorTier):
             now = self._clock()
             kind = Kind.NOTE if cmd.kind is Kind.UNSPECIFIED else cmd.kind
             record = cmd.new_record(cmd.content, kind, now, cmd.expires_at)
+            if scope.session_id:
+                record.position = await self._next_position(scope)
             await self._memory.insert([self._new_point(record, scope)])
         return AddResult(record.id, operation, Tier.LONG_TERM, max(0, limit - count - 1))
+
+    async def _next_position(self, scope: Scope, taken: int = 0) -> int:
+        """The position after the last one of the scope's session (deleted memories
+        included, so a position is never given twice), plus `taken` already handed out."""
+        session = self._memory.scope_filter(
+            scope,
+            Tier.LONG_TERM,
+            live_only=False,
+            extra=[MatchValue("session_id", scope.session_id)],
+        )
+        last = await self._memory.records(session, 1, newest_first=True, order_by="position")
+        return (last[0].position if last else 0) + 1 + taken
 
     async def add_messages(self, items: Sequence[tuple[Scope, MemoryRecord]]) -> None:
         """The durable copies of conversation messages; ids are the messages' own, so a
         replay after a restart rewrites the same points instead of adding new ones."""
         points = []
+        # Replays keep the positions they were given; new messages follow their session's.
+        known = {
+            p.id: int(p.payload.get("position") or 0)
+            for p in await self._memory.call(self._memory.store.retrieve, [m.id for _, m in items])
+        }
+        handed: dict[tuple[str, str, str], int] = {}
         for scope, message in items:
+            position = known.get(message.id, 0)
+            if not position and scope.session_id:
+                session = (scope.tenant, scope.user_id, scope.session_id)
+                position = await self._next_position(scope, handed.get(session, 0))
+                handed[session] = handed.get(session, 0) + 1
             record = MemoryRecord(
                 id=message.id,
                 tier=Tier.LONG_TERM,
@@ -129,6 +154,8 @@ class LongTermTier(ArchivingVectorTier):
                 role=message.role if message.role is not Role.UNSPECIFIED else Role.USER,
                 agent_id=scope.agent_id,
                 session_id=scope.session_id,
+                occurred_at=message.created_at,
+                position=position,
             )
             points.append(self._new_point(record, scope))
         await self._memory.insert(points)
