@@ -111,6 +111,13 @@ class RetrievalSettings(BaseModel):
         description="Maximal-marginal-relevance penalty per unit of similarity to a memory "
         "already returned (0: plain score order)",
     )
+    candidates: int = Field(
+        30,
+        ge=1,
+        le=1000,
+        description="Ranking: candidates taken from each of the dense and BM25 searches "
+        "(at least 6 x top_k); their union is what the ranking steps score",
+    )
     fusion_keyword_weight: float = Field(
         0.6,
         ge=0,
@@ -124,6 +131,13 @@ class RetrievalSettings(BaseModel):
         le=1,
         description="Ranking: share of the best neighbouring turn's score (same session, "
         "position +-1) added to a turn's own (0: off)",
+    )
+    question_handoff: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Ranking: share of a question turn's score (text ending in '?') handed "
+        "to the turn after it in its session, which holds the answer (0: off)",
     )
     speaker_lift: float = Field(
         0.1,

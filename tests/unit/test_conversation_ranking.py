@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from memoryd.core.retrieval.conversation import (
     Scored,
-    adjacency_lift,
     bm25_binary,
+    conversation_lift,
     fuse,
     named_speakers,
     spread,
@@ -56,16 +58,27 @@ def test_a_speaker_is_named_by_every_word_of_the_name_in_any_case() -> None:
 
 
 def test_a_turn_is_lifted_by_its_best_neighbour_in_the_same_session_only() -> None:
-    question = _m("q", session="s1", position=4)
-    answer = _m("a", session="s1", position=5)
+    matching = _m("match", session="s1", position=4)
+    reply = _m("reply", session="s1", position=5)
     other_session = _m("x", session="s2", position=6)
     loose_note = _m("note")  # no session: never lifted, never lifts
-    question.base, answer.base, other_session.base, loose_note.base = 0.9, 0.1, 0.5, 0.4
-    adjacency_lift([question, answer, other_session, loose_note], weight=0.5)
-    assert abs(answer.rank - (0.1 + 0.5 * 0.9)) < 1e-9 and answer.lifted_by == "q"
-    assert abs(question.rank - (0.9 + 0.5 * 0.1)) < 1e-9
-    assert other_session.rank == 0.5 and other_session.lifted_by is None
-    assert loose_note.rank == 0.4
+    pool = [matching, reply, other_session, loose_note]
+    values = {"match": 0.9, "reply": 0.1, "x": 0.5, "note": 0.4}
+    lifted = conversation_lift(pool, values, adjacency=0.5, question_handoff=0.0)
+    assert lifted["reply"] == pytest.approx(0.1 + 0.5 * 0.9)
+    assert lifted["match"] == pytest.approx(0.9 + 0.5 * 0.1)
+    assert lifted["x"] == 0.5 and lifted["note"] == 0.4
+
+
+def test_a_question_hands_part_of_its_score_to_the_reply_after_it() -> None:
+    before = _m("before", session="s", position=1)
+    question = _m("question", session="s", position=2, asks=True)
+    reply = _m("reply", session="s", position=3)
+    values = {"before": 0.2, "question": 0.8, "reply": 0.3}
+    lifted = conversation_lift([before, question, reply], values, 0.0, question_handoff=0.5)
+    assert lifted["question"] == pytest.approx(0.4)
+    assert lifted["reply"] == pytest.approx(0.3 + 0.4)  # the reply now ranks first
+    assert lifted["before"] == 0.2  # only the turn after a question gains
 
 
 def test_with_a_context_window_hits_inside_a_taken_hits_window_are_skipped() -> None:

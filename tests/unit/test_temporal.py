@@ -25,6 +25,15 @@ def test_a_month_and_year_names_that_whole_month(resolver: TimeResolver) -> None
     assert window == TimeWindow(_at(2023, 5, 1), _at(2023, 6, 1))
 
 
+def test_a_month_named_without_its_year_is_that_month_of_any_year(
+    resolver: TimeResolver,
+) -> None:
+    window = resolver.resolve("What new role did Grace take on in November?", NOW)
+    assert isinstance(window, TimeWindow) and window.every_year
+    assert window.contains(_at(2019, 11, 15)) and window.contains(_at(2023, 11, 1))
+    assert not window.contains(_at(2023, 10, 31)) and not window.contains(_at(2023, 12, 1))
+
+
 def test_relative_expressions_count_back_from_the_query_time(resolver: TimeResolver) -> None:
     last_week = resolver.resolve("what did we decide last week", NOW)
     assert last_week == TimeWindow(_at(2023, 9, 4), _at(2023, 9, 11))  # Monday to Monday

@@ -18,7 +18,13 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 
 from memoryd.core.errors import FieldViolation, StoreUnavailable
-from memoryd.core.memory.payload import content_hash, embed_text_of, from_payload, to_payload
+from memoryd.core.memory.payload import (
+    content_hash,
+    content_of,
+    embed_text_of,
+    from_payload,
+    to_payload,
+)
 from memoryd.core.models import ImportResult, Kind, MemoryRecord, Scope, Tier
 from memoryd.core.retrieval import bm25, conversation
 from memoryd.core.retrieval.temporal import Anchor, TimeResolver, TimeWindow
@@ -281,23 +287,27 @@ class VectorMemory:
             sparse = None
         if settings.mode == "keyword" and sparse is not None:
             dense = None
+        # The pool is the union of the best `per_source` by cosine and by BM25: the fused
+        # list cut at twice that holds both whole (RRF only gathers them here; the ranking
+        # below uses the scores).
+        per_source = max(6 * top_k, settings.candidates)
         fusion = RrfParams(
             k=settings.rrf_k,
             dense_weight=settings.dense_weight,
             sparse_weight=settings.sparse_weight,
+            prefetch_limit=per_source,
         )
-        pool_size = max(6 * top_k, 30)
         hits = await self.call(
             self.store.search,
             flt,
             dense=dense,
             sparse=sparse,
-            limit=pool_size,
+            limit=2 * per_source,
             fusion=fusion,
             with_vectors=dense is not None,
         )
         when = self._time.resolve(query, self._clock()) if settings.time_lift > 0 else None
-        if isinstance(when, TimeWindow) and hits:
+        if isinstance(when, TimeWindow) and not when.every_year and hits:
             # The soft filter also brings candidates from inside the window.
             inside = await self.call(
                 self.store.search,
@@ -305,7 +315,7 @@ class VectorMemory:
                 dense=dense,
                 sparse=sparse,
                 limit=2 * top_k,
-                fusion=fusion,
+                fusion=RrfParams(k=settings.rrf_k, prefetch_limit=2 * top_k),
                 with_vectors=dense is not None,
             )
             seen = {h.id for h in hits}
@@ -326,9 +336,13 @@ class VectorMemory:
             conversation.fuse(members, settings.fusion_keyword_weight, others=neighbours)
             self._lift(members + neighbours, named, when)
             members += neighbours
-        conversation.adjacency_lift(members, settings.adjacency_weight)
-        by_id = {m.id: m for m in members}
-        kept = [m for m in members if self._absolute(m, by_id, named, when) >= threshold]
+        lift = settings.adjacency_weight, settings.question_handoff
+        ranks = conversation.conversation_lift(members, {m.id: m.base for m in members}, *lift)
+        own = {m.id: self._absolute(m, named, when) for m in members}
+        scores = conversation.conversation_lift(members, own, *lift)
+        for m in members:
+            m.rank = ranks[m.id]
+        kept = [m for m in members if scores[m.id] >= threshold]
         kept.sort(key=lambda m: m.rank, reverse=True)
         if context_window > 0:
             chosen = conversation.spread(kept, top_k, context_window)
@@ -338,7 +352,7 @@ class VectorMemory:
             candidates = [_Candidate(pool.record(m.id, m.rank), pool.vectors[m.id]) for m in kept]
             picked = diversify(candidates, top_k, settings.diversity)
         for record in picked:
-            record.score = min(1.0, self._absolute(by_id[record.id], by_id, named, when))
+            record.score = min(1.0, scores[record.id])
         return TierHits(items=picked, total=len(kept), embedding_ms=embedding_ms)
 
     def _lift(
@@ -356,24 +370,17 @@ class VectorMemory:
                 m.base += settings.time_lift
 
     def _absolute(
-        self,
-        member: conversation.Scored,
-        by_id: Mapping[str, conversation.Scored],
-        named: set[str],
-        when: TimeWindow | Anchor | None,
+        self, member: conversation.Scored, named: set[str], when: TimeWindow | Anchor | None
     ) -> float:
-        """The score callers see (and min_score compares with): the memory's `relevance`
-        with the same lifts as its rank, so it means the same in every query."""
+        """What callers see as the score (and min_score compares with), before the
+        conversation lift: the memory's `relevance`, which means the same in every query,
+        with the same speaker and time lifts as its rank."""
         settings = self._retrieval
         score = relevance(member.cosine, member.share, settings.keyword_weight)
         if member.speaker and member.speaker in named:
             score += settings.speaker_lift
         if isinstance(when, TimeWindow) and when.contains(member.occurred_at):
             score += settings.time_lift
-        lifter = by_id.get(member.lifted_by or "")
-        if lifter is not None:
-            own = relevance(lifter.cosine, lifter.share, settings.keyword_weight)
-            score += settings.adjacency_weight * own
         return score
 
     def _anchor_window(
@@ -516,6 +523,7 @@ class _Pool:
             session=str(payload.get("session_id") or ""),
             position=int(payload.get("position") or 0),
             occurred_at=float(payload.get("occurred_at") or payload.get("created_at") or 0.0),
+            asks=content_of(payload).rstrip().endswith("?"),
         )
         self.members[point_id] = member
         self.payloads[point_id] = payload

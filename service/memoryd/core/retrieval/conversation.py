@@ -7,8 +7,9 @@ Pure computation over a small candidate pool (never over all of a user's memorie
   scores away and lets a weak dense list outvote a confident keyword match.
 * `named_speakers` / speaker lift: a question naming a person ("What breed is Priya's
   dog?") prefers turns said by that person over the other side's questions about it.
-* `adjacency_lift`: a turn is lifted by its best neighbour in the same session: the answer
-  often sits in the reply next to the turn that matches the question.
+* `conversation_lift`: a turn is lifted by its best neighbour in the same session (the
+  answer often sits in the reply next to the turn that matches the question), and a turn
+  that asks hands part of its score to the reply after it.
 * `spread`: with a context window, a hit already brings its neighbours, so another hit
   inside that window would spend a slot on turns the caller gets anyway.
 """
@@ -37,8 +38,8 @@ class Scored:
     position: int = 0
     occurred_at: float = 0.0
     base: float = 0.0  # fused score with the speaker and time lifts
-    rank: float = 0.0  # base with the adjacency lift: what the pool is ordered by
-    lifted_by: str | None = None  # the neighbour whose score lifted it, if any
+    rank: float = 0.0  # base lifted by its conversation: what the pool is ordered by
+    asks: bool = False  # the text is a question
 
     @property
     def turn(self) -> tuple[str, int] | None:
@@ -91,22 +92,36 @@ def named_speakers(query: str, speakers: Iterable[str]) -> set[str]:
     return named
 
 
-def adjacency_lift(pool: Sequence[Scored], weight: float) -> None:
-    """`rank` = `base` + `weight` x the best `base` of the turns right before and after in
-    the same session (those present in `pool`)."""
+def conversation_lift(
+    pool: Sequence[Scored],
+    values: Mapping[str, float],
+    adjacency: float,
+    question_handoff: float,
+) -> dict[str, float]:
+    """Each member's value in `values` lifted by its conversation (same session only):
+
+    * adjacency: + `adjacency` x the best value of the turns right before and after it;
+    * question hand-off: a turn that asks a question (ends with "?") keeps 1 - h of its
+      value, and the turn after it gains h x the question's value: the reply, not the
+      question, holds what was asked about.
+    """
     by_turn = {s.turn: s for s in pool if s.turn is not None}
+    out: dict[str, float] = {}
     for s in pool:
-        s.rank, s.lifted_by = s.base, None
+        own = values[s.id]
         turn = s.turn
-        if turn is None or weight <= 0:
+        if turn is None:
+            out[s.id] = own
             continue
         session, position = turn
-        neighbours = [by_turn.get((session, position + d)) for d in (-1, 1)]
-        best = max((n for n in neighbours if n is not None), key=lambda n: n.base, default=None)
-        if best is not None and best.base > 0:
-            s.rank = s.base + weight * best.base
-            if weight * best.base > 0:
-                s.lifted_by = best.id
+        before, after = by_turn.get((session, position - 1)), by_turn.get((session, position + 1))
+        lifted = own * (1.0 - question_handoff) if s.asks else own
+        near = [values[n.id] for n in (before, after) if n is not None]
+        lifted += adjacency * max(near, default=0.0)
+        if before is not None and before.asks:
+            lifted += question_handoff * values[before.id]
+        out[s.id] = lifted
+    return out
 
 
 def spread(ranked: Sequence[Scored], top_k: int, window: int) -> list[Scored]:

@@ -56,18 +56,31 @@ _TIME_WORDS = frozenset(
         "fortnight",
     ]
 )
+# Words making an expression relative to now ("last May" is one May, "in May" any).
+_RELATIVE_WORDS = frozenset(
+    ["yesterday", "today", "tonight", "tomorrow", "ago", "last", "past", "previous", "this", "next"]
+)
 # Clause words that end an event ("before she moved to Lisbon, what ...").
 _CLAUSE_END = re.compile(r"[,;?.!]")
 
 
 @dataclass(frozen=True)
 class TimeWindow:
-    """Epoch seconds: `start` inclusive, `end` exclusive; None is open."""
+    """Epoch seconds: `start` inclusive, `end` exclusive; None is open. With `every_year`
+    ("in November", no year named) the same days of any year match."""
 
     start: float | None
     end: float | None
+    every_year: bool = False
 
     def contains(self, when: float) -> bool:
+        if self.every_year and self.start is not None and self.end is not None:
+            first = datetime.fromtimestamp(self.start, tz=UTC)
+            day = datetime.fromtimestamp(when, tz=UTC)
+            moved = _same_day_in(day, first.year)
+            if moved is None:
+                return False
+            when = moved.timestamp()
         return (self.start is None or when >= self.start) and (self.end is None or when < self.end)
 
 
@@ -116,7 +129,15 @@ class TimeResolver:
         if data.date_obj is None:
             return None
         window = _period_window(data.date_obj, data.period or "day")
+        found_words = _WORD.findall(text.casefold())
+        if not any(w.isdigit() and len(w) == 4 for w in found_words) and not any(
+            w in _RELATIVE_WORDS for w in found_words
+        ):
+            # A month or a day named without its year: that time of any year.
+            window = TimeWindow(window.start, window.end, every_year=True)
         direction = _direction_of(query, text)
+        if direction is not None and window.every_year:
+            return None  # "before November" of which year: nothing to bound
         if direction == "before":
             return TimeWindow(None, window.start)
         if direction == "after":
@@ -132,6 +153,13 @@ class TimeResolver:
             event = _CLAUSE_END.split(match.group(1))[0].strip() if match else ""
             if len(_WORD.findall(event)) >= 1 and i + 1 < len(words):
                 return Anchor(direction, event)
+        return None
+
+
+def _same_day_in(day: datetime, year: int) -> datetime | None:
+    try:
+        return day.replace(year=year)
+    except ValueError:  # 29 February
         return None
 
 
