@@ -30,11 +30,58 @@ from memoryd.settings import Settings
 from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME
 
 WORDS = (
-    "kitten lease marathon shift workshop sailing regatta walnut table hospital nurse pottery "
-    "class neighbour recital piano boat harbour winter coat shelter festival garden hens eggs "
-    "chess tournament flat lisbon ramen bike wheel report friday lemon bowl watercolor zoo "
-    "trail camp tent storm ferry island bakery sourdough violin choir museum ticket train"
-).split()
+    "kitten",
+    "lease",
+    "marathon",
+    "shift",
+    "workshop",
+    "sailing",
+    "regatta",
+    "walnut",
+    "table",
+    "hospital",
+    "nurse",
+    "pottery",
+    "class",
+    "neighbour",
+    "recital",
+    "piano",
+    "boat",
+    "harbour",
+    "winter",
+    "coat",
+    "shelter",
+    "festival",
+    "garden",
+    "hens",
+    "eggs",
+    "chess",
+    "tournament",
+    "flat",
+    "lisbon",
+    "ramen",
+    "bike",
+    "wheel",
+    "report",
+    "friday",
+    "lemon",
+    "bowl",
+    "watercolor",
+    "zoo",
+    "trail",
+    "camp",
+    "tent",
+    "storm",
+    "ferry",
+    "island",
+    "bakery",
+    "sourdough",
+    "violin",
+    "choir",
+    "museum",
+    "ticket",
+    "train",
+)
 SPEAKERS = ("Ana", "Ben")
 
 
