@@ -96,7 +96,7 @@ def canonical_value(item: pb.MemoryItem) -> dict[str, Any]:
             "predicate": item.relation.predicate,
             "object": item.relation.object,
         }
-    value: dict[str, Any] = {
+    return {
         "id": item.id,
         "tier": _enum(pb.Tier, item.tier),
         "kind": _enum(pb.Kind, item.kind),
@@ -119,13 +119,6 @@ def canonical_value(item: pb.MemoryItem) -> dict[str, Any]:
         "archived": item.archived,
         "deleted": item.deleted,
     }
-    # Fields added after item-jcs-v1 was fixed appear only when set, so streams written
-    # before them still verify.
-    if item.HasField("occurred_at"):
-        value["occurred_at"] = _timestamp(item, "occurred_at")
-    if item.position:
-        value["position"] = item.position
-    return value
 
 
 def canonical_item(item: pb.MemoryItem) -> bytes:

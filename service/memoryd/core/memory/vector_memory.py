@@ -290,7 +290,7 @@ class VectorMemory:
         # The pool is the union of the best `per_source` by cosine and by BM25: the fused
         # list cut at twice that holds both whole (RRF only gathers them here; the ranking
         # below uses the scores).
-        per_source = max(6 * top_k, settings.candidates)
+        per_source = max(4 * top_k, settings.candidates)
         fusion = RrfParams(
             k=settings.rrf_k,
             dense_weight=settings.dense_weight,
@@ -338,7 +338,7 @@ class VectorMemory:
             members += neighbours
         lift = settings.adjacency_weight, settings.question_handoff
         ranks = conversation.conversation_lift(members, {m.id: m.base for m in members}, *lift)
-        own = {m.id: self._absolute(m, named, when) for m in members}
+        own = {m.id: self._absolute(m) for m in members}
         scores = conversation.conversation_lift(members, own, *lift)
         for m in members:
             m.rank = ranks[m.id]
@@ -369,19 +369,12 @@ class VectorMemory:
             if isinstance(when, TimeWindow) and when.contains(m.occurred_at):
                 m.base += settings.time_lift
 
-    def _absolute(
-        self, member: conversation.Scored, named: set[str], when: TimeWindow | Anchor | None
-    ) -> float:
+    def _absolute(self, member: conversation.Scored) -> float:
         """What callers see as the score (and min_score compares with), before the
-        conversation lift: the memory's `relevance`, which means the same in every query,
-        with the same speaker and time lifts as its rank."""
-        settings = self._retrieval
-        score = relevance(member.cosine, member.share, settings.keyword_weight)
-        if member.speaker and member.speaker in named:
-            score += settings.speaker_lift
-        if isinstance(when, TimeWindow) and when.contains(member.occurred_at):
-            score += settings.time_lift
-        return score
+        conversation lift: the memory's `relevance`, which means the same in every query.
+        The speaker and time lifts reorder what is relevant; they never make a memory
+        relevant (every turn of the named person, or of today, would pass)."""
+        return relevance(member.cosine, member.share, self._retrieval.keyword_weight)
 
     def _anchor_window(
         self, anchor: Anchor, members: Sequence[conversation.Scored], pool: _Pool
