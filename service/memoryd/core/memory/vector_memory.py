@@ -343,6 +343,10 @@ class VectorMemory:
         for m in members:
             m.rank = ranks[m.id]
         kept = [m for m in members if scores[m.id] >= threshold]
+        if kept and settings.relative_cutoff:
+            # Precision over recall: memories far below the best match are noise.
+            floor = max(scores[m.id] for m in kept) * settings.relative_cutoff
+            kept = [m for m in kept if scores[m.id] >= floor]
         kept.sort(key=lambda m: m.rank, reverse=True)
         if context_window > 0:
             chosen = conversation.spread(kept, top_k, context_window)
