@@ -108,7 +108,9 @@ def _turn(rng: random.Random, n: int) -> str:
 
 
 async def _fill(data_dir: Path, memories: int, user: str) -> None:
-    settings = Settings(data_dir=data_dir, long_term={"max_memories": memories + 10})
+    # A byte quota far above the content skips summing every memory's size on each Add.
+    limits = {"max_memories": memories + 10, "max_bytes": 10**12}
+    settings = Settings(data_dir=data_dir, long_term=limits)
     app = await build_app(settings, embedder=PseudoVectors())
     rng = random.Random(7)
     started = time.perf_counter()

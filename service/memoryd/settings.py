@@ -112,11 +112,11 @@ class RetrievalSettings(BaseModel):
         "already returned (0: plain score order)",
     )
     candidates: int = Field(
-        30,
+        20,
         ge=1,
         le=1000,
         description="Ranking: candidates taken from each of the dense and BM25 searches "
-        "(at least 6 x top_k); their union is what the ranking steps score",
+        "(at least 4 x top_k); their union is what the ranking steps score",
     )
     fusion_keyword_weight: float = Field(
         0.6,

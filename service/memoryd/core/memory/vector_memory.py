@@ -320,22 +320,27 @@ class VectorMemory:
             )
             seen = {h.id for h in hits}
             hits += [h for h in inside if h.id not in seen]
-        idf = await self.call(self._idf, flt, terms, live) if hits and terms else {}
+        # The per-user IDF and the turns around the best candidates (hybrid order) are read
+        # at once: the store answers both in parallel threads.
+        conversational = settings.adjacency_weight > 0 or settings.question_handoff > 0
+        sources = [_turn_of(h.payload) for h in hits[: 2 * top_k]] if conversational else []
+        idf, around = await asyncio.gather(
+            self.call(self._idf, flt, terms, live) if hits and terms else _nothing(),
+            self._turns_around(flt, [t for t in sources if t is not None], 1),
+        )
         query_vector = None if dense is None else np.asarray(dense)
-        pool = _Pool(self, idf, query_vector)
-        for hit in hits:
-            pool.add(hit.id, hit.payload, hit.dense_vector)
+        pool = _Pool(self, idf or {}, query_vector)
+        pool.add_all([(h.id, h.payload, h.dense_vector) for h in hits])
         members = list(pool.members.values())
-        conversation.fuse(members, settings.fusion_keyword_weight)
+        neighbours = pool.add_all(
+            [(p.id, p.payload, p.dense) for p in around if p.id not in pool.members]
+        )
+        conversation.fuse(members, settings.fusion_keyword_weight, others=neighbours)
+        members += neighbours
         named = conversation.named_speakers(query, {m.speaker for m in members if m.speaker})
         if isinstance(when, Anchor):
             when = self._anchor_window(when, members, pool)
         self._lift(members, named, when)
-        if settings.adjacency_weight > 0:
-            neighbours = await self._neighbours(flt, members, 2 * top_k, pool)
-            conversation.fuse(members, settings.fusion_keyword_weight, others=neighbours)
-            self._lift(members + neighbours, named, when)
-            members += neighbours
         lift = settings.adjacency_weight, settings.question_handoff
         ranks = conversation.conversation_lift(members, {m.id: m.base for m in members}, *lift)
         own = {m.id: self._absolute(m) for m in members}
@@ -350,13 +355,12 @@ class VectorMemory:
         kept.sort(key=lambda m: m.rank, reverse=True)
         if context_window > 0:
             chosen = conversation.spread(kept, top_k, context_window)
-            picked = [pool.record(m.id, m.rank) for m in chosen]
-            await self._attach_context(flt, picked, context_window)
         else:
-            candidates = [_Candidate(pool.record(m.id, m.rank), pool.vectors[m.id]) for m in kept]
-            picked = diversify(candidates, top_k, settings.diversity)
-        for record in picked:
-            record.score = min(1.0, scores[record.id])
+            candidates = [_Candidate(m.id, m.rank, pool.vectors[m.id]) for m in kept]
+            chosen = [pool.members[i] for i in diversify(candidates, top_k, settings.diversity)]
+        picked = [pool.record(m.id, min(1.0, scores[m.id])) for m in chosen]
+        if context_window > 0:
+            await self._attach_context(flt, picked, context_window)
         return TierHits(items=picked, total=len(kept), embedding_ms=embedding_ms)
 
     def _lift(
@@ -394,27 +398,13 @@ class VectorMemory:
             return None
         return anchor.window(best.occurred_at)
 
-    async def _neighbours(
-        self,
-        flt: Filter,
-        members: Sequence[conversation.Scored],
-        sources: int,
-        pool: _Pool,
-    ) -> list[conversation.Scored]:
-        """The turns right before and after the `sources` best members, in one store call;
-        those not already in the pool are scored and returned."""
-        best = sorted((m for m in members if m.turn is not None), key=lambda m: -m.base)
-        points = await self._turns_around(flt, best[:sources], 1)
-        known = {m.id for m in members}
-        return [pool.add(p.id, p.payload, p.dense) for p in points if p.id not in known]
-
     async def _turns_around(
-        self, flt: Filter, members: Sequence[conversation.Scored], window: int
+        self, flt: Filter, turns: Sequence[tuple[str, int]], window: int
     ) -> list[StoredPoint]:
+        """The turns within `window` positions of each (session, position), in one scroll."""
         around: dict[str, list[int]] = {}
-        for m in members:
-            if m.turn is not None:
-                around.setdefault(m.session, []).append(m.position)
+        for session, position in turns:
+            around.setdefault(session, []).append(position)
         if not around:
             return []
         groups: list[Condition] = [
@@ -431,8 +421,13 @@ class VectorMemory:
             for session, positions in around.items()
         ]
         limit = sum(len(ps) for ps in around.values()) * (2 * window + 1)
+        # The session ids first: an indexed condition that narrows the scan at once.
+        sessions = MatchAny("session_id", list(around))
         points, _ = await self.call(
-            self.store.scroll, flt.and_(Filter(should=groups)), limit=limit, with_vectors=True
+            self.store.scroll,
+            flt.and_(sessions, Filter(should=groups)),
+            limit=limit,
+            with_vectors=True,
         )
         return points
 
@@ -440,11 +435,7 @@ class VectorMemory:
         self, flt: Filter, picked: Sequence[MemoryRecord], window: int
     ) -> None:
         """Each hit of a session gets the turns within `window` positions of it, in order."""
-        turns = [
-            conversation.Scored(r.id, 0.0, 0.0, 0.0, session=r.session_id, position=r.position)
-            for r in picked
-            if r.session_id and r.position
-        ]
+        turns = [(r.session_id, r.position) for r in picked if r.session_id and r.position]
         if not turns:
             return
         points = await self._turns_around(flt, turns, window)
@@ -481,7 +472,8 @@ class VectorMemory:
 
 @dataclass
 class _Candidate:
-    record: MemoryRecord
+    id: str
+    score: float
     vector: np.ndarray[Any, Any] | None
 
 
@@ -502,34 +494,57 @@ class _Pool:
         self.vectors: dict[str, np.ndarray[Any, Any] | None] = {}
         self.terms: dict[str, set[int]] = {}
 
-    def add(
-        self, point_id: str, payload: dict[str, Any], dense: Sequence[float] | None
-    ) -> conversation.Scored:
-        vector = None if dense is None else np.asarray(dense)
-        terms = self._memory._terms_of(payload)
-        metadata = payload.get("metadata") or {}
-        speaker = next((str(metadata[k]) for k in conversation.SPEAKER_KEYS if metadata.get(k)), "")
-        member = conversation.Scored(
-            id=point_id,
-            cosine=_cosine(self._query, vector),
-            bm25=conversation.bm25_binary(
-                self.idf, terms, bm25.DEFAULT_K1, bm25.DEFAULT_B, bm25.DEFAULT_AVG_DOC_LEN
-            ),
-            share=_keyword_share(self.idf, terms),
-            speaker=speaker,
-            session=str(payload.get("session_id") or ""),
-            position=int(payload.get("position") or 0),
-            occurred_at=float(payload.get("occurred_at") or payload.get("created_at") or 0.0),
-            asks=content_of(payload).rstrip().endswith("?"),
-        )
-        self.members[point_id] = member
-        self.payloads[point_id] = payload
-        self.vectors[point_id] = vector
-        self.terms[point_id] = terms
-        return member
+    def add_all(
+        self, points: Sequence[tuple[str, dict[str, Any], Sequence[float] | None]]
+    ) -> list[conversation.Scored]:
+        """Score points read from the store (id, payload, dense vector) into the pool."""
+        vectors: list[np.ndarray[Any, Any] | None] = [None] * len(points)
+        cosines = [0.0] * len(points)
+        with_vector = [i for i, p in enumerate(points) if p[2] is not None]
+        if with_vector and self._query is not None:
+            # One matrix product for every candidate (vectors and query are unit length).
+            matrix = np.asarray([points[i][2] for i in with_vector], dtype=np.float64)
+            sims = np.clip(matrix @ self._query, 0.0, 1.0)
+            for row, i in enumerate(with_vector):
+                vectors[i], cosines[i] = matrix[row], float(sims[row])
+        added = []
+        for (point_id, payload, _), vector, cosine in zip(points, vectors, cosines, strict=True):
+            terms = self._memory._terms_of(payload)
+            metadata = payload.get("metadata") or {}
+            speaker = next(
+                (str(metadata[k]) for k in conversation.SPEAKER_KEYS if metadata.get(k)), ""
+            )
+            member = conversation.Scored(
+                id=point_id,
+                cosine=cosine,
+                bm25=conversation.bm25_binary(
+                    self.idf, terms, bm25.DEFAULT_K1, bm25.DEFAULT_B, bm25.DEFAULT_AVG_DOC_LEN
+                ),
+                share=_keyword_share(self.idf, terms),
+                speaker=speaker,
+                session=str(payload.get("session_id") or ""),
+                position=int(payload.get("position") or 0),
+                occurred_at=float(payload.get("occurred_at") or payload.get("created_at") or 0.0),
+                asks=content_of(payload).rstrip().endswith("?"),
+            )
+            self.members[point_id] = member
+            self.payloads[point_id] = payload
+            self.vectors[point_id] = vector
+            self.terms[point_id] = terms
+            added.append(member)
+        return added
 
     def record(self, point_id: str, score: float) -> MemoryRecord:
         return from_payload(point_id, self.payloads[point_id], score)
+
+
+def _turn_of(payload: Mapping[str, Any]) -> tuple[str, int] | None:
+    session, position = payload.get("session_id"), payload.get("position")
+    return (str(session), int(position)) if session and position else None
+
+
+async def _nothing() -> dict[int, float]:
+    return {}
 
 
 def _window_condition(window: TimeWindow) -> Condition:
@@ -545,21 +560,21 @@ def relevance(cosine: float, keyword_share: float, keyword_weight: float) -> flo
     return cosine + (1.0 - cosine) * keyword_weight * keyword_share
 
 
-def diversify(candidates: Sequence[_Candidate], top_k: int, penalty: float) -> list[MemoryRecord]:
+def diversify(candidates: Sequence[_Candidate], top_k: int, penalty: float) -> list[str]:
     """Maximal marginal relevance: repeatedly take the candidate whose score, minus
     `penalty` times its similarity to the closest memory already taken, is highest.
     Near-repeats of a taken memory sink below memories that add something new, so a
     small top_k (and the token budget) is not spent on one fact said several ways.
-    Scores are not changed; with penalty 0 (or no vectors) the order is by score."""
+    Returns the ids taken; with penalty 0 (or no vectors) the order is by score."""
     if penalty <= 0 or any(c.vector is None for c in candidates):
-        return [c.record for c in candidates[:top_k]]
+        return [c.id for c in candidates[:top_k]]
     rest = list(candidates)
     taken: list[_Candidate] = []
     while rest and len(taken) < top_k:
-        best = max(rest, key=lambda c: c.record.score - penalty * _redundancy(c, taken))
+        best = max(rest, key=lambda c: c.score - penalty * _redundancy(c, taken))
         rest.remove(best)
         taken.append(best)
-    return [c.record for c in taken]
+    return [c.id for c in taken]
 
 
 def _redundancy(candidate: _Candidate, taken: Sequence[_Candidate]) -> float:
@@ -580,13 +595,6 @@ def _owned(payload: Mapping[str, Any], scope: Scope) -> bool:
 
 def _derived(scope: Scope, point_id: str) -> str:
     return str(uuid.uuid5(_IMPORT_NAMESPACE, "\x00".join((scope.tenant, scope.user_id, point_id))))
-
-
-def _cosine(query: np.ndarray[Any, Any] | None, vector: np.ndarray[Any, Any] | None) -> float:
-    if query is None or vector is None:
-        return 0.0
-    # Both sides are unit length (the embedder normalises, the store keeps cosine vectors).
-    return max(0.0, min(1.0, float(query @ vector)))
 
 
 def _keyword_share(idf: Mapping[int, float], terms: set[int]) -> float:
