@@ -42,7 +42,7 @@ redis:
 # The retrieval evaluation on the golden set; exits non-zero below its thresholds.
 eval: install
 	PYTHONPATH=service $(PY) evals/run_eval.py
-	PYTHONPATH=service $(PY) evals/run_longconv.py --min-recall 0.55
+	PYTHONPATH=service $(PY) evals/run_longconv.py --context-window 1 --min-recall 0.65 --min-context-recall 0.68
 
 # The fuzz and fault suites at length (`make test` runs them briefly, on a fixed seed): a new
 # seed per run unless MEMORYD_FUZZ_SEED is given; a failure prints the seed to rerun it.

@@ -15,7 +15,10 @@ develop retrieval without tuning to that benchmark.
 ``--layout metadata`` (default) stores the turn text as content with the speaker and the
 session date as metadata; ``prefixed`` stores "Speaker: text" as content. ``MEMORYD_*``
 variables apply to the in-process server (e.g. ``MEMORYD_RETRIEVAL__MODE=keyword``).
-``--min-recall`` makes it a gate (exit 1 below it).
+``--min-recall`` makes it a gate (exit 1 below it). Each session is stored as a memoryd
+session (``scope.session_id``) with the turns' ``occurred_at`` (the session's date, turns a
+second apart); ``--context-window N`` asks for each hit's neighbouring turns and also
+reports the evidence found among the hits and their context (``--min-context-recall``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,7 @@ from harness.metrics import percentile, pooled_recall
 from harness.server import open_target
 
 DATA = Path(__file__).parent / "longconv" / "data"
+Found = dict[str, list[tuple[int, int]]]
 
 
 @dataclass
@@ -62,11 +67,14 @@ async def run(
     top_k: int,
     target: str | None,
     min_score: float | None = None,
-) -> tuple[dict[str, list[tuple[int, int]]], list[float]]:
-    """Per category, (evidence found, evidence total) of each question; Retrieve ms."""
+    context_window: int = 0,
+) -> tuple[Found, Found, list[float]]:
+    """Per category, (evidence found, evidence total) of each question among the hits,
+    and among the hits and their context turns; Retrieve ms."""
     from memoryd.v1 import memory_pb2 as pb
 
-    found: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    found: Found = defaultdict(list)
+    with_context: Found = defaultdict(list)
     latencies: list[float] = []
     returned: list[int] = []
     async with open_target(target) as stub:
@@ -75,20 +83,26 @@ async def run(
         for c in conversations:
             user = scopes[c["id"]] = pb.Scope(user_id=f"longconv-{c['id']}-{time.time_ns()}")
             for session in c["sessions"]:
-                for turn in session["turns"]:
+                # Each session of the conversation is a session of memoryd, imported with
+                # the time it happened (turns a second apart, in order).
+                scope = pb.Scope(user_id=user.user_id, session_id=f"s{session['session']}")
+                started_at = datetime.strptime(session["date"], "%Y-%m-%d %H:%M")
+                for n, turn in enumerate(session["turns"]):
                     if layout == "prefixed":
                         request = pb.AddRequest(
-                            scope=user,
+                            scope=scope,
                             tier=pb.TIER_LONG_TERM,
                             content=f"{turn['speaker']}: {turn['text']}",
                         )
                     else:
                         request = pb.AddRequest(
-                            scope=user,
+                            scope=scope,
                             tier=pb.TIER_LONG_TERM,
                             content=turn["text"],
                             metadata={"speaker": turn["speaker"], "date": session["date"]},
                         )
+                    when = started_at.replace(tzinfo=UTC) + timedelta(seconds=n)
+                    request.occurred_at.FromDatetime(when)
                     added = await stub.Add(request)
                     ids[(c["id"], added.memory_id)] = turn["id"]
         for q in questions:
@@ -100,14 +114,20 @@ async def run(
                     query=q.text,
                     top_k=top_k,
                     min_score=min_score,
+                    context_window=context_window,
                 )
             )
             latencies.append((time.perf_counter() - started) * 1000)
             got = {ids.get((q.conversation, item.id)) for item in reply.items}
             found[q.category].append((sum(e in got for e in q.evidence), len(q.evidence)))
+            # With a context window, evidence among a hit's neighbouring turns counts too.
+            shown = got | {
+                ids.get((q.conversation, c.id)) for item in reply.items for c in item.context
+            }
+            with_context[q.category].append((sum(e in shown for e in q.evidence), len(q.evidence)))
             returned.append(len(reply.items))
     print(f"mean items returned: {sum(returned) / max(1, len(returned)):.2f}")
-    return found, latencies
+    return found, with_context, latencies
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,23 +137,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, default=5)
     parser.add_argument("--target", help="host:port of a running server (default in-process)")
     parser.add_argument("--min-score", type=float, help="sent with every Retrieve")
-    parser.add_argument("--min-recall", type=float, default=0.0)
+    parser.add_argument(
+        "--context-window",
+        type=int,
+        default=0,
+        help="sent with every Retrieve; evidence among the hits' context turns is reported "
+        "apart (the gate stays on the hits)",
+    )
+    parser.add_argument("--min-recall", type=float, default=0.0, help="gate on the hits")
+    parser.add_argument(
+        "--min-context-recall",
+        type=float,
+        default=0.0,
+        help="gate on the hits and their context turns (with --context-window)",
+    )
     args = parser.parse_args(argv)
     conversations, questions = load(args.data)
     turns = sum(len(s["turns"]) for c in conversations for s in c["sessions"])
     print(f"{len(conversations)} conversations, {turns} turns, {len(questions)} questions")
-    found, latencies = asyncio.run(
-        run(conversations, questions, args.layout, args.top_k, args.target, args.min_score)
+    found, with_context, latencies = asyncio.run(
+        run(
+            conversations,
+            questions,
+            args.layout,
+            args.top_k,
+            args.target,
+            args.min_score,
+            args.context_window,
+        )
     )
     for category in sorted(found):
         pairs = found[category]
-        print(f"  {category:<12} {pooled_recall(pairs):.3f}  ({len(pairs)} questions)")
-    everything = [p for pairs in found.values() for p in pairs]
-    total = pooled_recall(everything)
+        line = f"  {category:<12} {pooled_recall(pairs):.3f}  ({len(pairs)} questions)"
+        if args.context_window:
+            line += f"  with context {pooled_recall(with_context[category]):.3f}"
+        print(line)
+    total = pooled_recall([p for pairs in found.values() for p in pairs])
     p50, p95 = percentile(latencies, 50), percentile(latencies, 95)
     print(f"evidence recall@{args.top_k}: {total:.3f} (layout {args.layout})")
+    shown = pooled_recall([p for pairs in with_context.values() for p in pairs])
+    if args.context_window:
+        print(f"with context window {args.context_window}: {shown:.3f}")
     print(f"Retrieve p50 {p50:.1f} ms, p95 {p95:.1f} ms" if p50 and p95 else "")
-    return 0 if total >= args.min_recall else 1
+    return 0 if total >= args.min_recall and shown >= args.min_context_recall else 1
 
 
 if __name__ == "__main__":

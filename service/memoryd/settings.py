@@ -112,6 +112,50 @@ class RetrievalSettings(BaseModel):
         description="Maximal-marginal-relevance penalty per unit of similarity to a memory "
         "already returned (0: plain score order)",
     )
+    candidates: int = Field(
+        20,
+        ge=1,
+        le=1000,
+        description="Ranking: candidates taken from each of the dense and BM25 searches "
+        "(at least 4 x top_k); their union is what the ranking steps score",
+    )
+    fusion_keyword_weight: float = Field(
+        0.6,
+        ge=0,
+        le=1,
+        description="Ranking: weight of the min-max normalised BM25 score against the cosine "
+        "score in their convex fusion over the candidate pool (ADR 0400)",
+    )
+    adjacency_weight: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="Ranking: share of the best neighbouring turn's score (same session, "
+        "position +-1) added to a turn's own (0: off)",
+    )
+    question_handoff: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Ranking: share of a question turn's score (text ending in '?') handed "
+        "to the turn after it in its session, which holds the answer (0: off)",
+    )
+    speaker_lift: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Ranking: added to turns said by a speaker the query names (0: off)",
+    )
+    time_lift: float = Field(
+        0.15,
+        ge=0,
+        le=1,
+        description="Ranking: added to memories whose occurred_at lies in the time the query "
+        "names ('last week', 'in May 2023', 'before she moved'); 0: off",
+    )
+    max_context_window: int = Field(
+        5, ge=0, le=20, description="Largest context_window accepted by Retrieve/RenderContext"
+    )
     default_token_budget: int = Field(1000, ge=1, description="cl100k tokens, when unasked")
     max_token_budget: int = Field(16_000, ge=1, description="Largest token_budget accepted")
 

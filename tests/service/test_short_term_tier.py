@@ -116,8 +116,13 @@ async def test_multi_tier_retrieve_returns_working_items_first(
     sc = scope(user_id, agent_id="a", task_id="t", session_id="s")
     await say(memoryd, sc, "Paris trip planning: which flights go to Paris?")
     await memoryd.stub.Add(
-        pb.AddRequest(scope=sc, tier=pb.TIER_WORKING, key="current_destination", content="Lyon")
+        pb.AddRequest(scope=sc, tier=pb.TIER_WORKING, key="trip_budget", content="Paris: 900 EUR")
+    )
+    # A stale key the query does not touch is not returned (issue 14).
+    await memoryd.stub.Add(
+        pb.AddRequest(scope=sc, tier=pb.TIER_WORKING, key="current_step", content="compile")
     )
     reply = await memoryd.stub.Retrieve(pb.RetrieveRequest(scope=sc, query="Paris trip planning"))
     assert [i.tier for i in reply.items] == [pb.TIER_WORKING, ST]
+    assert reply.items[0].key == "trip_budget"
     assert reply.retrieval_ms > 0

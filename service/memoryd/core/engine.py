@@ -232,6 +232,7 @@ class MemoryEngine:
         budget = self._resolve_budget(v, query.token_budget)
         check_filters(v, "filters", query.filters, self._limits)
         check_fraction(v, "min_score", query.min_score)
+        self._check_context_window(v, query.context_window)
         for tier in query.tiers:
             self._check_tier_scope(v, tier, query.scope)
         v.raise_if_any()
@@ -262,6 +263,13 @@ class MemoryEngine:
             started,
         )
         return result
+
+    def _check_context_window(self, v: Violations, window: int) -> None:
+        if not 0 <= window <= self._retrieval.max_context_window:
+            v.add(
+                "context_window",
+                f"must be between 0 and {self._retrieval.max_context_window} turns",
+            )
 
     async def _search(
         self,
@@ -308,6 +316,7 @@ class MemoryEngine:
         top_k = resolve_top_k(v, request.top_k, self._limits)
         budget = self._resolve_budget(v, request.token_budget)
         check_fraction(v, "min_score", request.min_score)
+        self._check_context_window(v, request.context_window)
         for tier in request.tiers:
             self._check_tier_scope(v, tier, request.scope)
         v.raise_if_any()
@@ -330,6 +339,7 @@ class MemoryEngine:
                 tiers=searched,
                 top_k=top_k,
                 min_score=request.min_score,
+                context_window=request.context_window,
             )
             found, _, _ = await self._search(query, searched, top_k)
             # Hot tiers list everything of the task/session; only what the query touches

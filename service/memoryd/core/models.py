@@ -180,6 +180,17 @@ class MemoryRecord:
     relation: Relation | None = None
     # Persona: earlier values of the fact, oldest first.
     history: tuple[FactVersion, ...] = ()
+    # When it was said or happened; 0 means unknown (then `created_at` stands for it).
+    occurred_at: float = 0.0
+    # Place in its session (1, 2, ... in the order added); 0 when not in a session.
+    position: int = 0
+    # Retrieve with a context window: the neighbouring turns of a hit, in session order.
+    context: list[MemoryRecord] = field(default_factory=list)
+
+    @property
+    def when(self) -> float:
+        """When it was said or happened: `occurred_at`, else when it was stored."""
+        return self.occurred_at or self.created_at
 
 
 @dataclass
@@ -199,6 +210,8 @@ class AddCommand:
     document_json: str = ""
     entity: Entity | None = None
     relation: Relation | None = None
+    # When it was said or happened (importing a past conversation); None means now.
+    occurred_at: float | None = None
 
     def new_record(
         self,
@@ -228,6 +241,7 @@ class AddCommand:
             task_id=self.scope.task_id,
             episode=episode,
             document_json=document_json,
+            occurred_at=now if self.occurred_at is None else self.occurred_at,
         )
 
 
@@ -266,6 +280,8 @@ class RetrieveQuery:
     kinds: list[Kind] = field(default_factory=list)
     min_score: float | None = None
     token_budget: int | None = None
+    # Turns before/after each hit of a session to return with it (MemoryRecord.context).
+    context_window: int = 0
 
 
 @dataclass
@@ -288,6 +304,7 @@ class RenderQuery:
     top_k: int = 0
     min_score: float | None = None
     token_budget: int | None = None
+    context_window: int = 0
 
 
 @dataclass

@@ -168,6 +168,9 @@ def add_command(req: pb.AddRequest, principal: Principal) -> AddCommand:
         document_json=req.document_json,
         entity=entity_from_proto(req.entity) if req.HasField("entity") else None,
         relation=relation_from_proto(req.relation) if req.HasField("relation") else None,
+        occurred_at=_seconds(req.occurred_at, "occurred_at")
+        if req.HasField("occurred_at")
+        else None,
     )
 
 
@@ -225,6 +228,7 @@ def retrieve_query(req: pb.RetrieveRequest, principal: Principal) -> RetrieveQue
         kinds=[enum_from_proto(Kind, k, f"kinds[{i}]") for i, k in enumerate(req.kinds)],
         min_score=req.min_score if req.HasField("min_score") else None,
         token_budget=req.token_budget if req.HasField("token_budget") else None,
+        context_window=req.context_window,
     )
 
 
@@ -247,6 +251,8 @@ def memory_item(record: MemoryRecord) -> pb.MemoryItem:
         deleted=record.deleted,
         document_json=record.document_json,
         history=[fact_version_to_proto(v) for v in record.history],
+        position=record.position,
+        context=[memory_item(r) for r in record.context],
     )
     if record.episode is not None:
         item.episode.CopyFrom(episode_to_proto(record.episode))
@@ -260,6 +266,8 @@ def memory_item(record: MemoryRecord) -> pb.MemoryItem:
         item.updated_at.CopyFrom(_timestamp(record.updated_at))
     if record.expires_at is not None:
         item.expires_at.CopyFrom(_timestamp(record.expires_at))
+    if record.occurred_at:
+        item.occurred_at.CopyFrom(_timestamp(record.occurred_at))
     return item
 
 
@@ -283,6 +291,7 @@ def render_query(req: pb.RenderContextRequest, principal: Principal) -> RenderQu
         top_k=req.top_k,
         min_score=req.min_score if req.HasField("min_score") else None,
         token_budget=req.token_budget if req.HasField("token_budget") else None,
+        context_window=req.context_window,
     )
 
 
@@ -379,6 +388,10 @@ def record_from_item(item: pb.MemoryItem) -> MemoryRecord:
             )
             for v in item.history
         ),
+        occurred_at=_seconds(item.occurred_at, "item.occurred_at")
+        if item.HasField("occurred_at")
+        else 0.0,
+        position=item.position,
     )
 
 

@@ -495,6 +495,9 @@ class MemoryItem(_message.Message):
     DELETED_FIELD_NUMBER: _builtins.int
     ENTITY_FIELD_NUMBER: _builtins.int
     HISTORY_FIELD_NUMBER: _builtins.int
+    OCCURRED_AT_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    CONTEXT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     tier: Global___Tier.ValueType
     kind: Global___Kind.ValueType
@@ -519,6 +522,10 @@ class MemoryItem(_message.Message):
     """True when the item comes from the cold archive."""
     deleted: _builtins.bool
     """Soft-deleted (only ever seen in exports)."""
+    position: _builtins.int
+    """Long-term memories added with a scope.session_id: their place in that session
+    (0, 1, 2, ... in the order they were added), so a turn's neighbours can be found.
+    """
     @_builtins.property
     def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
@@ -542,6 +549,16 @@ class MemoryItem(_message.Message):
     @_builtins.property
     def history(self) -> _containers.RepeatedCompositeFieldContainer[Global___FactVersion]:
         """Persona: the values this fact held before, oldest first."""
+
+    @_builtins.property
+    def occurred_at(self) -> _timestamp_pb2.Timestamp:
+        """When it was said or happened (AddRequest.occurred_at; created_at when not given)."""
+
+    @_builtins.property
+    def context(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryItem]:
+        """Retrieve with context_window: the hit's neighbouring turns of the same session, in
+        conversation order (the hit itself not repeated). Empty otherwise.
+        """
 
     def __init__(
         self,
@@ -569,10 +586,13 @@ class MemoryItem(_message.Message):
         deleted: _builtins.bool = ...,
         entity: Global___Entity | None = ...,
         history: _abc.Iterable[Global___FactVersion] | None = ...,
+        occurred_at: _timestamp_pb2.Timestamp | None = ...,
+        position: _builtins.int = ...,
+        context: _abc.Iterable[Global___MemoryItem] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "relation", b"relation", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "occurred_at", b"occurred_at", "relation", b"relation", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "archived", b"archived", "content", b"content", "created_at", b"created_at", "deleted", b"deleted", "document_json", b"document_json", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "history", b"history", "id", b"id", "importance", b"importance", "key", b"key", "kind", b"kind", "metadata", b"metadata", "relation", b"relation", "role", b"role", "score", b"score", "session_id", b"session_id", "source", b"source", "task_id", b"task_id", "tier", b"tier", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "archived", b"archived", "content", b"content", "context", b"context", "created_at", b"created_at", "deleted", b"deleted", "document_json", b"document_json", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "history", b"history", "id", b"id", "importance", b"importance", "key", b"key", "kind", b"kind", "metadata", b"metadata", "occurred_at", b"occurred_at", "position", b"position", "relation", b"relation", "role", b"role", "score", b"score", "session_id", b"session_id", "source", b"source", "task_id", b"task_id", "tier", b"tier", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -617,6 +637,7 @@ class AddRequest(_message.Message):
     RELATION_FIELD_NUMBER: _builtins.int
     DOCUMENT_JSON_FIELD_NUMBER: _builtins.int
     ENTITY_FIELD_NUMBER: _builtins.int
+    OCCURRED_AT_FIELD_NUMBER: _builtins.int
     tier: Global___Tier.ValueType
     content: _builtins.str
     kind: Global___Kind.ValueType
@@ -650,6 +671,12 @@ class AddRequest(_message.Message):
     def entity(self) -> Global___Entity:
         """Entity tier: an entity (or `relation`); leave `content` empty."""
 
+    @_builtins.property
+    def occurred_at(self) -> _timestamp_pb2.Timestamp:
+        """When it was said or happened, for importing past conversations with their real
+        times; unset means now. Temporal queries ("last week", "in May 2023") use it.
+        """
+
     def __init__(
         self,
         *,
@@ -668,10 +695,11 @@ class AddRequest(_message.Message):
         relation: Global___Relation | None = ...,
         document_json: _builtins.str = ...,
         entity: Global___Entity | None = ...,
+        occurred_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "importance", b"importance", "relation", b"relation", "scope", b"scope"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "importance", b"importance", "occurred_at", b"occurred_at", "relation", b"relation", "scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "auto_prune", b"auto_prune", "content", b"content", "document_json", b"document_json", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "importance", b"importance", "key", b"key", "kind", b"kind", "metadata", b"metadata", "relation", b"relation", "role", b"role", "scope", b"scope", "source", b"source", "tier", b"tier"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "auto_prune", b"auto_prune", "content", b"content", "document_json", b"document_json", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "importance", b"importance", "key", b"key", "kind", b"kind", "metadata", b"metadata", "occurred_at", b"occurred_at", "relation", b"relation", "role", b"role", "scope", b"scope", "source", b"source", "tier", b"tier"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -894,6 +922,7 @@ class RetrieveRequest(_message.Message):
     KINDS_FIELD_NUMBER: _builtins.int
     MIN_SCORE_FIELD_NUMBER: _builtins.int
     TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
+    CONTEXT_WINDOW_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     top_k: _builtins.int
     """1..100; 0 means 10."""
@@ -901,6 +930,10 @@ class RetrieveRequest(_message.Message):
     """0..1; unset means the server default (0.3)."""
     token_budget: _builtins.int
     """Tokens (cl100k_base); unset means the server default."""
+    context_window: _builtins.int
+    """0..5: also return, with each long-term hit that belongs to a session, this many turns
+    before and after it in that session (MemoryItem.context), within the token budget.
+    """
     @_builtins.property
     def scope(self) -> Global___Scope: ...
     @_builtins.property
@@ -928,10 +961,11 @@ class RetrieveRequest(_message.Message):
         kinds: _abc.Iterable[Global___Kind.ValueType] | None = ...,
         min_score: _builtins.float | None = ...,
         token_budget: _builtins.int | None = ...,
+        context_window: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "_token_budget", b"_token_budget", "min_score", b"min_score", "scope", b"scope", "token_budget", b"token_budget"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "_token_budget", b"_token_budget", "filters", b"filters", "kinds", b"kinds", "min_score", b"min_score", "query", b"query", "scope", b"scope", "tiers", b"tiers", "token_budget", b"token_budget", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "_token_budget", b"_token_budget", "context_window", b"context_window", "filters", b"filters", "kinds", b"kinds", "min_score", b"min_score", "query", b"query", "scope", b"scope", "tiers", b"tiers", "token_budget", b"token_budget", "top_k", b"top_k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__min_score: _TypeAlias = _typing.Literal["min_score"]  # noqa: Y015
     _WhichOneofArgType__min_score: _TypeAlias = _typing.Literal["_min_score", b"_min_score"]  # noqa: Y015
@@ -1552,11 +1586,16 @@ class RenderContextRequest(_message.Message):
     TIERS_FIELD_NUMBER: _builtins.int
     TOP_K_FIELD_NUMBER: _builtins.int
     MIN_SCORE_FIELD_NUMBER: _builtins.int
+    CONTEXT_WINDOW_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     token_budget: _builtins.int
     """Tokens (cl100k_base); unset means the server default."""
     top_k: _builtins.int
     min_score: _builtins.float
+    context_window: _builtins.int
+    """As in RetrieveRequest: each hit is rendered with its neighbouring turns, in
+    conversation order, within the token budget.
+    """
     @_builtins.property
     def scope(self) -> Global___Scope: ...
     @_builtins.property
@@ -1570,10 +1609,11 @@ class RenderContextRequest(_message.Message):
         tiers: _abc.Iterable[Global___Tier.ValueType] | None = ...,
         top_k: _builtins.int = ...,
         min_score: _builtins.float | None = ...,
+        context_window: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "_token_budget", b"_token_budget", "min_score", b"min_score", "scope", b"scope", "token_budget", b"token_budget"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "_token_budget", b"_token_budget", "min_score", b"min_score", "query", b"query", "scope", b"scope", "tiers", b"tiers", "token_budget", b"token_budget", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "_token_budget", b"_token_budget", "context_window", b"context_window", "min_score", b"min_score", "query", b"query", "scope", b"scope", "tiers", b"tiers", "token_budget", b"token_budget", "top_k", b"top_k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__min_score: _TypeAlias = _typing.Literal["min_score"]  # noqa: Y015
     _WhichOneofArgType__min_score: _TypeAlias = _typing.Literal["_min_score", b"_min_score"]  # noqa: Y015

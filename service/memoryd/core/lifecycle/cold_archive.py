@@ -48,6 +48,8 @@ def to_entry(record: MemoryRecord, scope: Scope, archived_at: float) -> dict[str
         "archived_at": archived_at,
         "episode": episode_to_dict(record.episode) if record.episode is not None else None,
         "document_json": record.document_json,
+        "occurred_at": record.occurred_at,
+        "position": record.position,
     }
 
 
@@ -73,6 +75,8 @@ def from_entry(entry: dict[str, Any]) -> MemoryRecord:
         deleted=bool(entry.get("deleted", False)),
         episode=episode_from_dict(entry.get("episode")),
         document_json=str(entry.get("document_json") or ""),
+        occurred_at=float(entry.get("occurred_at") or 0.0),
+        position=int(entry.get("position") or 0),
     )
 
 

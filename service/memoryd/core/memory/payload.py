@@ -37,6 +37,7 @@ def to_payload(
         "importance": record.importance,
         "created_at": record.created_at,
         "updated_at": record.updated_at,
+        "occurred_at": record.when,
         "deleted": False,
         "source": record.source.value,
         "role": record.role.value,
@@ -48,6 +49,8 @@ def to_payload(
     }
     if record.expires_at is not None:
         payload["expires_at"] = record.expires_at
+    if record.position:
+        payload["position"] = record.position
     raw = record.content.encode("utf-8")
     if len(raw) > compress_over_bytes:
         packed = zlib.compress(raw, level=6)
@@ -110,6 +113,8 @@ def from_payload(point_id: str, payload: dict[str, Any], score: float = 0.0) -> 
         entity=entity_of(payload),
         relation=relation_of(payload),
         history=history_of(payload),
+        occurred_at=float(payload.get("occurred_at") or 0.0),
+        position=int(payload.get("position") or 0),
     )
 
 

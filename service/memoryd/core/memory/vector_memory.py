@@ -18,10 +18,17 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 
 from memoryd.core.errors import FieldViolation, StoreUnavailable
-from memoryd.core.memory.payload import content_hash, embed_text_of, from_payload, to_payload
+from memoryd.core.memory.payload import (
+    content_hash,
+    content_of,
+    embed_text_of,
+    from_payload,
+    to_payload,
+)
 from memoryd.core.models import ImportResult, Kind, MemoryRecord, Scope, Tier
 from memoryd.core.observe import NullObserver, Observer
-from memoryd.core.retrieval import bm25
+from memoryd.core.retrieval import bm25, conversation
+from memoryd.core.retrieval.temporal import Anchor, TimeResolver, TimeWindow
 from memoryd.core.tiers.base import TierHits
 from memoryd.settings import RetrievalSettings
 from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
@@ -35,7 +42,6 @@ from memoryd.stores.vectors.port import (
     MatchValue,
     Range,
     RrfParams,
-    ScoredPoint,
     StoredPoint,
     VectorPoint,
     VectorStore,
@@ -89,6 +95,7 @@ class VectorMemory:
         self._encoder = bm25.BM25Encoder()
         # Shared with the tiers built on this memory, which report their removals to it.
         self.observer: Observer = observer or NullObserver()
+        self._time = TimeResolver()
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking store call in a thread; a store failure becomes UNAVAILABLE."""
@@ -156,10 +163,15 @@ class VectorMemory:
         return points[0] if points else None
 
     async def records(
-        self, flt: Filter, limit: int, *, newest_first: bool = True
+        self,
+        flt: Filter,
+        limit: int,
+        *,
+        newest_first: bool = True,
+        order_by: str = "created_at",
     ) -> list[MemoryRecord]:
         points, _ = await self.call(
-            self.store.scroll, flt, limit=limit, order_by="created_at", descending=newest_first
+            self.store.scroll, flt, limit=limit, order_by=order_by, descending=newest_first
         )
         return [from_payload(p.id, p.payload) for p in points]
 
@@ -291,10 +303,18 @@ class VectorMemory:
         return [from_payload(p.id, p.payload) for p in points]
 
     async def search(
-        self, flt: Filter, query: str, top_k: int, min_score: float | None
+        self,
+        flt: Filter,
+        query: str,
+        top_k: int,
+        min_score: float | None,
+        *,
+        context_window: int = 0,
     ) -> TierHits:
-        """Candidates by hybrid search, scored 0..1 (see `relevance`), then picked by
-        relevance with a penalty for repeating an already picked memory (`diversify`)."""
+        """Candidates by hybrid search, ranked for conversations (ADR 0400): convex fusion
+        of normalised BM25 and cosine scores, lifted for the speaker the query names, for
+        the time it names, and by the best neighbouring turn; then picked (`diversify`, or
+        with a context window `spread`), each hit with its neighbouring turns."""
         settings = self._retrieval
         threshold = settings.min_score if min_score is None else min_score
         live = await self.call(self.store.count, flt)
@@ -311,52 +331,172 @@ class VectorMemory:
             sparse = None
         if settings.mode == "keyword" and sparse is not None:
             dense = None
+        # The pool is the union of the best `per_source` by cosine and by BM25: the fused
+        # list cut at twice that holds both whole (RRF only gathers them here; the ranking
+        # below uses the scores).
+        per_source = max(4 * top_k, settings.candidates)
         fusion = RrfParams(
             k=settings.rrf_k,
             dense_weight=settings.dense_weight,
             sparse_weight=settings.sparse_weight,
+            prefetch_limit=per_source,
         )
         hits = await self.call(
             self.store.search,
             flt,
             dense=dense,
             sparse=sparse,
-            limit=max(4 * top_k, 20),
+            limit=2 * per_source,
             fusion=fusion,
             with_vectors=dense is not None,
         )
-        idf = await self.call(self._idf, flt, terms, live) if hits and terms else {}
-        with self.observer.fusion("signals"):
-            picked, total = self._rank(hits, dense, idf, threshold, top_k)
-        return TierHits(items=picked, total=total, embedding_ms=embedding_ms)
-
-    def _rank(
-        self,
-        hits: Sequence[ScoredPoint],
-        dense: list[float] | None,
-        idf: Mapping[int, float],
-        threshold: float,
-        top_k: int,
-    ) -> tuple[list[MemoryRecord], int]:
-        """Fuse each hit's semantic and keyword signals into its score, keep those over
-        the threshold, and pick the top_k by relevance and diversity."""
-        settings = self._retrieval
+        when = self._time.resolve(query, self._clock()) if settings.time_lift > 0 else None
+        if isinstance(when, TimeWindow) and not when.every_year and hits:
+            # The soft filter also brings candidates from inside the window.
+            inside = await self.call(
+                self.store.search,
+                flt.and_(_window_condition(when)),
+                dense=dense,
+                sparse=sparse,
+                limit=2 * top_k,
+                fusion=RrfParams(k=settings.rrf_k, prefetch_limit=2 * top_k),
+                with_vectors=dense is not None,
+            )
+            seen = {h.id for h in hits}
+            hits += [h for h in inside if h.id not in seen]
+        # The per-user IDF and the turns around the best candidates (hybrid order) are read
+        # at once: the store answers both in parallel threads.
+        conversational = settings.adjacency_weight > 0 or settings.question_handoff > 0
+        sources = [_turn_of(h.payload) for h in hits[: 2 * top_k]] if conversational else []
+        idf, around = await asyncio.gather(
+            self.call(self._idf, flt, terms, live) if hits and terms else _nothing(),
+            self._turns_around(flt, [t for t in sources if t is not None], 1),
+        )
         query_vector = None if dense is None else np.asarray(dense)
-        candidates: list[_Candidate] = []
-        for hit in hits:
-            record = from_payload(hit.id, hit.payload)
-            vector = None if hit.dense_vector is None else np.asarray(hit.dense_vector)
-            cosine = _cosine(query_vector, vector)
-            share = _keyword_share(idf, self._terms_of(hit.payload))
-            record.score = relevance(cosine, share, settings.keyword_weight)
-            if record.score >= threshold:
-                candidates.append(_Candidate(record, vector))
-        candidates.sort(key=lambda c: c.record.score, reverse=True)
-        if candidates and settings.relative_cutoff:
-            # Precision over recall: neighbours far below the best match are noise.
-            floor = candidates[0].record.score * settings.relative_cutoff
-            candidates = [c for c in candidates if c.record.score >= floor]
-        return diversify(candidates, top_k, settings.diversity), len(candidates)
+        pool = _Pool(self, idf or {}, query_vector)
+        pool.add_all([(h.id, h.payload, h.dense_vector) for h in hits])
+        members = list(pool.members.values())
+        neighbours = pool.add_all(
+            [(p.id, p.payload, p.dense) for p in around if p.id not in pool.members]
+        )
+        with self.observer.fusion("signals"):
+            conversation.fuse(members, settings.fusion_keyword_weight, others=neighbours)
+        members += neighbours
+        named = conversation.named_speakers(query, {m.speaker for m in members if m.speaker})
+        if isinstance(when, Anchor):
+            when = self._anchor_window(when, members, pool)
+        self._lift(members, named, when)
+        lift = settings.adjacency_weight, settings.question_handoff
+        ranks = conversation.conversation_lift(members, {m.id: m.base for m in members}, *lift)
+        own = {m.id: self._absolute(m) for m in members}
+        scores = conversation.conversation_lift(members, own, *lift)
+        for m in members:
+            m.rank = ranks[m.id]
+        kept = [m for m in members if scores[m.id] >= threshold]
+        if kept and settings.relative_cutoff:
+            # Precision over recall: memories far below the best match are noise.
+            floor = max(scores[m.id] for m in kept) * settings.relative_cutoff
+            kept = [m for m in kept if scores[m.id] >= floor]
+        kept.sort(key=lambda m: m.rank, reverse=True)
+        if context_window > 0:
+            chosen = conversation.spread(kept, top_k, context_window)
+        else:
+            candidates = [_Candidate(m.id, m.rank, pool.vectors[m.id]) for m in kept]
+            chosen = [pool.members[i] for i in diversify(candidates, top_k, settings.diversity)]
+        picked = [pool.record(m.id, min(1.0, scores[m.id])) for m in chosen]
+        if context_window > 0:
+            await self._attach_context(flt, picked, context_window)
+        return TierHits(items=picked, total=len(kept), embedding_ms=embedding_ms)
+
+    def _lift(
+        self,
+        members: Sequence[conversation.Scored],
+        named: set[str],
+        when: TimeWindow | Anchor | None,
+    ) -> None:
+        """The speaker and time lifts, added to each member's fused score."""
+        settings = self._retrieval
+        for m in members:
+            if m.speaker and m.speaker in named:
+                m.base += settings.speaker_lift
+            if isinstance(when, TimeWindow) and when.contains(m.occurred_at):
+                m.base += settings.time_lift
+
+    def _absolute(self, member: conversation.Scored) -> float:
+        """What callers see as the score (and min_score compares with), before the
+        conversation lift: the memory's `relevance`, which means the same in every query.
+        The speaker and time lifts reorder what is relevant; they never make a memory
+        relevant (every turn of the named person, or of today, would pass)."""
+        return relevance(member.cosine, member.share, self._retrieval.keyword_weight)
+
+    def _anchor_window(
+        self, anchor: Anchor, members: Sequence[conversation.Scored], pool: _Pool
+    ) -> TimeWindow | None:
+        """The window an event bounds ("before she moved"): the time of the candidate
+        that holds the largest share of the event's keywords."""
+        event_terms = set(self._encoder.term_ids(anchor.event))
+        weights = {t: w for t, w in pool.idf.items() if t in event_terms}
+        if not weights:
+            return None
+        best = max(members, key=lambda m: _keyword_share(weights, pool.terms[m.id]), default=None)
+        if best is None or _keyword_share(weights, pool.terms[best.id]) <= 0:
+            return None
+        return anchor.window(best.occurred_at)
+
+    async def _turns_around(
+        self, flt: Filter, turns: Sequence[tuple[str, int]], window: int
+    ) -> list[StoredPoint]:
+        """The turns within `window` positions of each (session, position), in one scroll."""
+        around: dict[str, list[int]] = {}
+        for session, position in turns:
+            around.setdefault(session, []).append(position)
+        if not around:
+            return []
+        groups: list[Condition] = [
+            Filter(
+                must=[
+                    MatchValue("session_id", session),
+                    Filter(
+                        should=[
+                            Range("position", gte=p - window, lte=p + window) for p in positions
+                        ]
+                    ),
+                ]
+            )
+            for session, positions in around.items()
+        ]
+        limit = sum(len(ps) for ps in around.values()) * (2 * window + 1)
+        # The session ids first: an indexed condition that narrows the scan at once.
+        sessions = MatchAny("session_id", list(around))
+        points, _ = await self.call(
+            self.store.scroll,
+            flt.and_(sessions, Filter(should=groups)),
+            limit=limit,
+            with_vectors=True,
+        )
+        return points
+
+    async def _attach_context(
+        self, flt: Filter, picked: Sequence[MemoryRecord], window: int
+    ) -> None:
+        """Each hit of a session gets the turns within `window` positions of it, in order."""
+        turns = [(r.session_id, r.position) for r in picked if r.session_id and r.position]
+        if not turns:
+            return
+        points = await self._turns_around(flt, turns, window)
+        by_session: dict[str, list[MemoryRecord]] = {}
+        for p in points:
+            record = from_payload(p.id, p.payload)
+            by_session.setdefault(record.session_id, []).append(record)
+        for r in picked:
+            if not (r.session_id and r.position):
+                continue
+            near = [
+                c
+                for c in by_session.get(r.session_id, [])
+                if c.id != r.id and abs(c.position - r.position) <= window
+            ]
+            r.context = sorted(near, key=lambda c: c.position)
 
     def _idf(self, flt: Filter, terms: Sequence[int], live: int) -> dict[int, float]:
         """BM25 inverse document frequency of each query term among the memories `flt`
@@ -377,8 +517,83 @@ class VectorMemory:
 
 @dataclass
 class _Candidate:
-    record: MemoryRecord
+    id: str
+    score: float
     vector: np.ndarray[Any, Any] | None
+
+
+class _Pool:
+    """The memories a query ranks: their signals, vectors, term ids and payloads."""
+
+    def __init__(
+        self,
+        memory: VectorMemory,
+        idf: Mapping[int, float],
+        query_vector: np.ndarray[Any, Any] | None,
+    ) -> None:
+        self._memory = memory
+        self.idf = idf
+        self._query = query_vector
+        self.members: dict[str, conversation.Scored] = {}
+        self.payloads: dict[str, dict[str, Any]] = {}
+        self.vectors: dict[str, np.ndarray[Any, Any] | None] = {}
+        self.terms: dict[str, set[int]] = {}
+
+    def add_all(
+        self, points: Sequence[tuple[str, dict[str, Any], Sequence[float] | None]]
+    ) -> list[conversation.Scored]:
+        """Score points read from the store (id, payload, dense vector) into the pool."""
+        vectors: list[np.ndarray[Any, Any] | None] = [None] * len(points)
+        cosines = [0.0] * len(points)
+        with_vector = [i for i, p in enumerate(points) if p[2] is not None]
+        if with_vector and self._query is not None:
+            # One matrix product for every candidate (vectors and query are unit length).
+            matrix = np.asarray([points[i][2] for i in with_vector], dtype=np.float64)
+            sims = np.clip(matrix @ self._query, 0.0, 1.0)
+            for row, i in enumerate(with_vector):
+                vectors[i], cosines[i] = matrix[row], float(sims[row])
+        added = []
+        for (point_id, payload, _), vector, cosine in zip(points, vectors, cosines, strict=True):
+            terms = self._memory._terms_of(payload)
+            metadata = payload.get("metadata") or {}
+            speaker = next(
+                (str(metadata[k]) for k in conversation.SPEAKER_KEYS if metadata.get(k)), ""
+            )
+            member = conversation.Scored(
+                id=point_id,
+                cosine=cosine,
+                bm25=conversation.bm25_binary(
+                    self.idf, terms, bm25.DEFAULT_K1, bm25.DEFAULT_B, bm25.DEFAULT_AVG_DOC_LEN
+                ),
+                share=_keyword_share(self.idf, terms),
+                speaker=speaker,
+                session=str(payload.get("session_id") or ""),
+                position=int(payload.get("position") or 0),
+                occurred_at=float(payload.get("occurred_at") or payload.get("created_at") or 0.0),
+                asks=content_of(payload).rstrip().endswith("?"),
+            )
+            self.members[point_id] = member
+            self.payloads[point_id] = payload
+            self.vectors[point_id] = vector
+            self.terms[point_id] = terms
+            added.append(member)
+        return added
+
+    def record(self, point_id: str, score: float) -> MemoryRecord:
+        return from_payload(point_id, self.payloads[point_id], score)
+
+
+def _turn_of(payload: Mapping[str, Any]) -> tuple[str, int] | None:
+    session, position = payload.get("session_id"), payload.get("position")
+    return (str(session), int(position)) if session and position else None
+
+
+async def _nothing() -> dict[int, float]:
+    return {}
+
+
+def _window_condition(window: TimeWindow) -> Condition:
+    return Range("occurred_at", gte=window.start, lt=window.end)
 
 
 def relevance(cosine: float, keyword_share: float, keyword_weight: float) -> float:
@@ -390,21 +605,21 @@ def relevance(cosine: float, keyword_share: float, keyword_weight: float) -> flo
     return cosine + (1.0 - cosine) * keyword_weight * keyword_share
 
 
-def diversify(candidates: Sequence[_Candidate], top_k: int, penalty: float) -> list[MemoryRecord]:
+def diversify(candidates: Sequence[_Candidate], top_k: int, penalty: float) -> list[str]:
     """Maximal marginal relevance: repeatedly take the candidate whose score, minus
     `penalty` times its similarity to the closest memory already taken, is highest.
     Near-repeats of a taken memory sink below memories that add something new, so a
     small top_k (and the token budget) is not spent on one fact said several ways.
-    Scores are not changed; with penalty 0 (or no vectors) the order is by score."""
+    Returns the ids taken; with penalty 0 (or no vectors) the order is by score."""
     if penalty <= 0 or any(c.vector is None for c in candidates):
-        return [c.record for c in candidates[:top_k]]
+        return [c.id for c in candidates[:top_k]]
     rest = list(candidates)
     taken: list[_Candidate] = []
     while rest and len(taken) < top_k:
-        best = max(rest, key=lambda c: c.record.score - penalty * _redundancy(c, taken))
+        best = max(rest, key=lambda c: c.score - penalty * _redundancy(c, taken))
         rest.remove(best)
         taken.append(best)
-    return [c.record for c in taken]
+    return [c.id for c in taken]
 
 
 def _redundancy(candidate: _Candidate, taken: Sequence[_Candidate]) -> float:
@@ -425,13 +640,6 @@ def _owned(payload: Mapping[str, Any], scope: Scope) -> bool:
 
 def _derived(scope: Scope, point_id: str) -> str:
     return str(uuid.uuid5(_IMPORT_NAMESPACE, "\x00".join((scope.tenant, scope.user_id, point_id))))
-
-
-def _cosine(query: np.ndarray[Any, Any] | None, vector: np.ndarray[Any, Any] | None) -> float:
-    if query is None or vector is None:
-        return 0.0
-    # Both sides are unit length (the embedder normalises, the store keeps cosine vectors).
-    return max(0.0, min(1.0, float(query @ vector)))
 
 
 def _keyword_share(idf: Mapping[int, float], terms: set[int]) -> float:

@@ -11,6 +11,9 @@ tags and header included, fits the token budget.
     <item tier="persona" kind="fact">name: Ada</item>
     <item tier="long_term" kind="preference" date="2026-11-20">Prefers uv over pip</item>
     </memory>
+
+A memory retrieved with a context window comes between its neighbouring turns, which are
+marked `context="true"`; a hit with its context is added whole, or else the hit alone.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from memoryd.core.models import Kind, MemoryRecord
+from memoryd.core.retrieval.conversation import SPEAKER_KEYS
 from memoryd.core.retrieval.token_budget import MIN_TRUNCATED_TOKENS, TokenCounter
 
 ADVISORY_HEADER = (
@@ -42,6 +46,7 @@ class RenderedContext:
 class _Entry:
     open_tag: str  # already escaped
     body: str  # raw (unescaped) single-line text
+    context: bool = False  # a neighbouring turn rendered with its hit
 
     def line(self, body: str) -> str:
         return f"{self.open_tag}{_escape_text(body)}{_ITEM_CLOSE}"
@@ -61,24 +66,32 @@ def render_memory_block(
     was cut or dropped. Nothing to render, or a budget too small for even the header,
     gives empty text and 0 tokens.
     """
-    entries = [e for e in (*map(_persona_entry, persona), *map(_memory_entry, memories)) if e]
-    if not entries:
+    groups = [[e] for e in map(_persona_entry, persona) if e]
+    groups += [g for g in map(_memory_group, memories) if g]
+    if not groups:
         return RenderedContext(text="", token_count=0, truncated=False, item_count=0)
 
     used = counter.count(_assemble([]))
     lines: list[str] = []
     truncated = False
     if used <= budget:
-        for entry in entries:
+        for group in groups:
             # Every line ends with ">" and the next starts with "<", so cl100k never merges
             # tokens across the joining newline: line costs add up (checked again below).
+            group_lines = [entry.line(entry.body) for entry in group]
+            cost = sum(counter.count(line + "\n") for line in group_lines)
+            if used + cost <= budget:
+                lines += group_lines
+                used += cost
+                continue
+            truncated = True
+            # A hit with its conversation context that does not fit whole: the hit alone.
+            entry = next(e for e in group if not e.context)
             line = entry.line(entry.body)
             cost = counter.count(line + "\n")
             if used + cost <= budget:
                 lines.append(line)
-                used += cost
-                continue
-            truncated = True
+                break
             cut = _truncated_line(entry, budget - used, counter)
             if cut is not None:
                 lines.append(cut)
@@ -135,19 +148,39 @@ def _persona_entry(record: MemoryRecord) -> _Entry | None:
     return _Entry(open_tag=_open_tag(record, with_date=False), body=body)
 
 
-def _memory_entry(record: MemoryRecord) -> _Entry | None:
+def _memory_entry(record: MemoryRecord, *, context: bool = False) -> _Entry | None:
     body = _one_line(record.content)
     if not body:
         return None
-    return _Entry(open_tag=_open_tag(record, with_date=True), body=body)
+    return _Entry(
+        open_tag=_open_tag(record, with_date=True, context=context), body=body, context=context
+    )
 
 
-def _open_tag(record: MemoryRecord, *, with_date: bool) -> str:
+def _memory_group(record: MemoryRecord) -> list[_Entry]:
+    """A memory, between the turns of its context (RetrieveRequest.context_window) that
+    come before and after it in its session; empty when the memory has no text."""
+    hit = _memory_entry(record)
+    if hit is None:
+        return []
+    before = [c for c in record.context if c.position < record.position]
+    after = [c for c in record.context if c.position > record.position]
+    near = [_memory_entry(c, context=True) for c in before]
+    far = [_memory_entry(c, context=True) for c in after]
+    return [e for e in (*near, hit, *far) if e is not None]
+
+
+def _open_tag(record: MemoryRecord, *, with_date: bool, context: bool = False) -> str:
     attrs = [("tier", str(record.tier))]
     if record.kind != Kind.UNSPECIFIED:
         attrs.append(("kind", str(record.kind)))
+    speaker = next((record.metadata[k] for k in SPEAKER_KEYS if record.metadata.get(k)), "")
+    if speaker:
+        attrs.append(("speaker", speaker))
+    if context:
+        attrs.append(("context", "true"))
     if with_date:
-        date = _date(record.created_at)
+        date = _date(record.when)
         if date:
             attrs.append(("date", date))
     rendered = "".join(f' {name}="{html.escape(value, quote=True)}"' for name, value in attrs)

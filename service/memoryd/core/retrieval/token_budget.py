@@ -130,17 +130,42 @@ def fit_to_budget(
     used = 0
     for record in records:
         cost = counter.count(record.content) + per_item_overhead
-        if used + cost <= budget:
+        context_costs = [counter.count(c.content) + per_item_overhead for c in record.context]
+        if used + cost + sum(context_costs) <= budget:
             kept.append(record)
-            used += cost
+            used += cost + sum(context_costs)
             continue
+        if record.context and used + cost <= budget:
+            # The hit whole, with the turns nearest to it that still fit.
+            kept.append(_with_nearest_context(record, context_costs, budget - used - cost))
+            used += cost + sum(
+                counter.count(c.content) + per_item_overhead for c in kept[-1].context
+            )
+            return BudgetResult(items=kept, token_count=used, truncated=True)
         room = budget - used - per_item_overhead
         if room >= MIN_TRUNCATED_TOKENS:
             content = counter.truncate(record.content, room)
             # Copy metadata too, so the shortened copy shares no mutable state.
             kept.append(
-                dataclasses.replace(record, content=content, metadata=dict(record.metadata))
+                dataclasses.replace(
+                    record, content=content, metadata=dict(record.metadata), context=[]
+                )
             )
             used += counter.count(content) + per_item_overhead
         return BudgetResult(items=kept, token_count=used, truncated=True)
     return BudgetResult(items=kept, token_count=used, truncated=False)
+
+
+def _with_nearest_context(record: MemoryRecord, costs: list[int], room: int) -> MemoryRecord:
+    """A copy of `record` keeping the context turns nearest to it (by position) that fit
+    in `room` tokens, still in conversation order."""
+    by_distance = sorted(
+        range(len(record.context)), key=lambda i: abs(record.context[i].position - record.position)
+    )
+    keep: set[int] = set()
+    for i in by_distance:
+        if costs[i] <= room:
+            keep.add(i)
+            room -= costs[i]
+    context = [c for i, c in enumerate(record.context) if i in keep]
+    return dataclasses.replace(record, metadata=dict(record.metadata), context=context)

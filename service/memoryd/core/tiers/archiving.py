@@ -112,7 +112,9 @@ class ArchivingVectorTier:
         if not query.query.strip():
             items = await self._memory.records(flt, top_k)
             return TierHits(items=items, total=await self._count(flt))
-        return await self._memory.search(flt, query.query, top_k, query.min_score)
+        return await self._memory.search(
+            flt, query.query, top_k, query.min_score, context_window=query.context_window
+        )
 
     async def get(self, lookup: Lookup) -> GetResult:
         found = await self._memory.by_ids(self._live(lookup.scope), lookup.ids)

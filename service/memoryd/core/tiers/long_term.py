@@ -152,6 +152,7 @@ class LongTermTier(ArchivingVectorTier):
         used: int | None = None  # stored content bytes, read when first needed
         added_bytes = 0
         first_of: dict[str, str] = {}  # digest -> id of a memory this batch adds
+        taken: dict[str, int] = {}  # session -> positions this batch handed out
         points: list[NewPoint] = []
         outcomes: list[AddResult | MemorydError] = []
         for cmd, digest, new_bytes in zip(cmds, digests, sizes, strict=True):
@@ -194,6 +195,11 @@ class LongTermTier(ArchivingVectorTier):
             added_bytes += new_bytes
             kind = Kind.NOTE if cmd.kind is Kind.UNSPECIFIED else cmd.kind
             record = cmd.new_record(cmd.content, kind, self._clock(), cmd.expires_at)
+            if cmd.scope.session_id:
+                # A turn's place in its session, counting those this batch already placed.
+                session = cmd.scope.session_id
+                record.position = await self._next_position(cmd.scope, taken.get(session, 0))
+                taken[session] = taken.get(session, 0) + 1
             points.append(self._new_point(record, cmd.scope))
             first_of.setdefault(digest, record.id)
             count += 1
@@ -216,6 +222,18 @@ class LongTermTier(ArchivingVectorTier):
                 found.setdefault(str(point.payload["content_hash"]), point.id)
             if offset is None:
                 return found
+
+    async def _next_position(self, scope: Scope, taken: int = 0) -> int:
+        """The position after the last one of the scope's session (deleted memories
+        included, so a position is never given twice), plus `taken` already handed out."""
+        session = self._memory.scope_filter(
+            scope,
+            Tier.LONG_TERM,
+            live_only=False,
+            extra=[MatchValue("session_id", scope.session_id)],
+        )
+        last = await self._memory.records(session, 1, newest_first=True, order_by="position")
+        return (last[0].position if last else 0) + 1 + taken
 
     def _count_full(self, scope: Scope, limit: int) -> QuotaExceeded:
         profile = self._quotas.profile_for(scope)
@@ -247,7 +265,18 @@ class LongTermTier(ArchivingVectorTier):
         added themselves); a copy that still does not fit is not made (the message stays
         in its session) and a warning is logged. Returns how many new copies were stored."""
         by_user: dict[tuple[str, str], list[NewPoint]] = {}
+        # Replays keep the positions they were given; new messages follow their session's.
+        known = {
+            p.id: int(p.payload.get("position") or 0)
+            for p in await self._memory.call(self._memory.store.retrieve, [m.id for _, m in items])
+        }
+        handed: dict[tuple[str, str, str], int] = {}
         for scope, message in items:
+            position = known.get(message.id, 0)
+            if not position and scope.session_id:
+                session = (scope.tenant, scope.user_id, scope.session_id)
+                position = await self._next_position(scope, handed.get(session, 0))
+                handed[session] = handed.get(session, 0) + 1
             record = MemoryRecord(
                 id=message.id,
                 tier=Tier.LONG_TERM,
@@ -260,6 +289,8 @@ class LongTermTier(ArchivingVectorTier):
                 role=message.role if message.role is not Role.UNSPECIFIED else Role.USER,
                 agent_id=scope.agent_id,
                 session_id=scope.session_id,
+                occurred_at=message.created_at,
+                position=position,
             )
             user = (scope.tenant, scope.user_id)
             by_user.setdefault(user, []).append(self._new_point(record, scope))

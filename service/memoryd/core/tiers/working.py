@@ -153,6 +153,10 @@ class WorkingTier:
             for e in entries
             if _matches(e, query)
         ]
+        if wanted:
+            # Working entries come first in a multi-tier retrieve: only those the query
+            # touches, so stale task keys never crowd relevant memories out of top_k.
+            records = [r for r in records if r.score > 0]
         # Stable sort: entries sharing words with the query first, most recent use next.
         records.sort(key=lambda r: r.score, reverse=True)
         return TierHits(items=records[:top_k], total=len(records))

@@ -58,6 +58,10 @@ PAYLOAD_INDEXES: tuple[tuple[str, IndexKind], ...] = (
     ("created_at", IndexKind.FLOAT),
     ("updated_at", IndexKind.FLOAT),
     ("expires_at", IndexKind.FLOAT),
+    # When a memory was said or happened (temporal queries), and its place in its session
+    # (float so that the last position can be found by an ordered scroll).
+    ("occurred_at", IndexKind.FLOAT),
+    ("position", IndexKind.FLOAT),
     ("deleted", IndexKind.BOOL),
 )
 

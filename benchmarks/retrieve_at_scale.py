@@ -1,0 +1,203 @@
+"""Retrieve latency for a user holding a full long-term tier (10,000 conversation turns).
+
+    PYTHONPATH=service .venv/bin/python benchmarks/retrieve_at_scale.py [--memories 10000]
+
+In-process engine on the embedded stores (no gRPC), so the numbers are the server's own
+cost. Turns are written with pseudo-random unit vectors (a brute-force scan costs the same
+whatever the vectors hold, and embedding 10,000 texts would take minutes); queries are
+embedded by the real MiniLM model, each query text once (no embedding cache hit). Each
+ranking step of ADR 0400/0401 is switched off in turn, so its added cost shows.
+DESIGN.md §6 and issue 14: Retrieve p99 within 30 ms at 10,000 memories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import random
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memoryd.app import build_app
+from memoryd.core.models import AddCommand, RetrieveQuery, Scope, Tier
+from memoryd.settings import Settings
+from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME
+
+WORDS = (
+    "kitten",
+    "lease",
+    "marathon",
+    "shift",
+    "workshop",
+    "sailing",
+    "regatta",
+    "walnut",
+    "table",
+    "hospital",
+    "nurse",
+    "pottery",
+    "class",
+    "neighbour",
+    "recital",
+    "piano",
+    "boat",
+    "harbour",
+    "winter",
+    "coat",
+    "shelter",
+    "festival",
+    "garden",
+    "hens",
+    "eggs",
+    "chess",
+    "tournament",
+    "flat",
+    "lisbon",
+    "ramen",
+    "bike",
+    "wheel",
+    "report",
+    "friday",
+    "lemon",
+    "bowl",
+    "watercolor",
+    "zoo",
+    "trail",
+    "camp",
+    "tent",
+    "storm",
+    "ferry",
+    "island",
+    "bakery",
+    "sourdough",
+    "violin",
+    "choir",
+    "museum",
+    "ticket",
+    "train",
+)
+SPEAKERS = ("Ana", "Ben")
+
+
+class PseudoVectors:
+    """Stands in for MiniLM while writing: same name and dimension, hashed unit vectors."""
+
+    name = MINILM_NAME
+    dim = MINILM_DIM
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        out = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+            v = np.random.default_rng(seed).standard_normal(self.dim)
+            out.append((v / np.linalg.norm(v)).tolist())
+        return out
+
+    def warm(self) -> None:
+        return None
+
+
+def _turn(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 18))) + f" ({n})"
+
+
+async def _fill(data_dir: Path, memories: int, user: str) -> None:
+    # A byte quota far above the content skips summing every memory's size on each Add.
+    limits = {"max_memories": memories + 10, "max_bytes": 10**12}
+    settings = Settings(data_dir=data_dir, long_term=limits)
+    app = await build_app(settings, embedder=PseudoVectors())
+    rng = random.Random(7)
+    started = time.perf_counter()
+    day = 1_680_000_000.0
+    for n in range(memories):
+        session = f"s{n // 100}"
+        await app.engine.add(
+            AddCommand(
+                scope=Scope(tenant="default", user_id=user, session_id=session),
+                tier=Tier.LONG_TERM,
+                content=_turn(rng, n),
+                metadata={"speaker": SPEAKERS[n % 2]},
+                occurred_at=day + (n // 100) * 86_400 * 3 + n % 100,
+            )
+        )
+    print(f"wrote {memories:,} turns in {time.perf_counter() - started:.0f} s")
+    await app.close()
+
+
+def _pct(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+async def _measure(data_dir: Path, user: str, queries: int) -> None:
+    settings = Settings(data_dir=data_dir)
+    app = await build_app(settings)
+    engine = app.engine
+    retrieval: Any = settings.retrieval  # the engine's own settings object, changed per row
+    rng = random.Random(11)
+    texts = [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 8)))
+        + rng.choice(["", "?", " in May 2023?", " last week", f" said {rng.choice(SPEAKERS)}"])
+        for _ in range(queries * 8)
+    ]
+    user_scope = Scope(tenant="default", user_id=user)
+    await engine.retrieve(RetrieveQuery(scope=user_scope, query="warm up", top_k=5))
+    defaults = {
+        k: getattr(retrieval, k)
+        for k in ("adjacency_weight", "speaker_lift", "time_lift", "diversity")
+    }
+    rows: list[tuple[str, dict[str, float], int]] = [
+        ("all steps (default)", {}, 0),
+        ("all steps, context_window 1", {}, 1),
+        ("no adjacency lift", {"adjacency_weight": 0.0}, 0),
+        ("no time lift", {"time_lift": 0.0}, 0),
+        ("no speaker lift", {"speaker_lift": 0.0}, 0),
+        ("MMR diversity 0.3", {"diversity": 0.3}, 0),
+    ]
+    for name, changes, window in rows:
+        for key, value in defaults.items():
+            setattr(retrieval, key, changes.get(key, value))
+        total: list[float] = []
+        embedding: list[float] = []
+        for _ in range(queries):
+            query = texts.pop()
+            started = time.perf_counter()
+            found = await engine.retrieve(
+                RetrieveQuery(
+                    scope=user_scope,
+                    query=query,
+                    tiers=[Tier.LONG_TERM],
+                    top_k=5,
+                    context_window=window,
+                )
+            )
+            total.append((time.perf_counter() - started) * 1000)
+            embedding.append(found.embedding_ms)
+        print(
+            f"{name:30s} p50 {_pct(total, 50):6.1f} ms  p99 {_pct(total, 99):6.1f} ms  "
+            f"(of which embedding p50 {_pct(embedding, 50):5.1f} ms)"
+        )
+    await app.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=200, help="per row")
+    parser.add_argument("--data-dir", type=Path, help="reuse a directory written before")
+    args = parser.parse_args()
+    user = "scale"
+    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="memoryd-scale-"))
+    if args.data_dir is None or not any(data_dir.iterdir()):
+        asyncio.run(_fill(data_dir, args.memories, user))
+    asyncio.run(_measure(data_dir, user, args.queries))
+
+
+if __name__ == "__main__":
+    main()

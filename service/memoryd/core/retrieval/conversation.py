@@ -1,0 +1,148 @@
+"""Ranking hybrid candidates the way conversations need (ADR 0400).
+
+Pure computation over a small candidate pool (never over all of a user's memories):
+
+* `fuse`: convex score-level fusion of the keyword (BM25) and cosine scores, each min-max
+  normalised over the pool, leaning on the keyword side. Rank fusion (RRF) throws the
+  scores away and lets a weak dense list outvote a confident keyword match.
+* `named_speakers` / speaker lift: a question naming a person ("What breed is Priya's
+  dog?") prefers turns said by that person over the other side's questions about it.
+* `conversation_lift`: a turn is lifted by its best neighbour in the same session (the
+  answer often sits in the reply next to the turn that matches the question), and a turn
+  that asks hands part of its score to the reply after it.
+* `spread`: with a context window, a hit already brings its neighbours, so another hit
+  inside that window would spend a slot on turns the caller gets anyway.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+# Metadata keys naming who said something (see payload.CONTEXT_METADATA_KEYS).
+SPEAKER_KEYS = ("speaker", "author", "sender")
+
+
+@dataclass
+class Scored:
+    """One memory of the pool: its raw signals and the scores derived from them."""
+
+    id: str
+    cosine: float
+    bm25: float
+    share: float  # IDF-weighted share of the query's keywords it holds
+    speaker: str = ""
+    session: str = ""
+    position: int = 0
+    occurred_at: float = 0.0
+    base: float = 0.0  # fused score with the speaker and time lifts
+    rank: float = 0.0  # base lifted by its conversation: what the pool is ordered by
+    asks: bool = False  # the text is a question
+
+    @property
+    def turn(self) -> tuple[str, int] | None:
+        """(session, position) when the memory is a turn of a session."""
+        return (self.session, self.position) if self.session and self.position else None
+
+
+def bm25_binary(
+    idf: Mapping[int, float], terms: set[int], k1: float, b: float, avg_len: float
+) -> float:
+    """BM25 of a short text from its distinct term ids (payload `term_ids`): every term
+    counted once (in a sentence a content word rarely repeats), its length the number of
+    distinct terms. No tokenising at query time."""
+    matched = sum(w for t, w in idf.items() if t in terms)
+    if not matched:
+        return 0.0
+    return matched * (k1 + 1.0) / (1.0 + k1 * (1.0 - b + b * len(terms) / avg_len))
+
+
+def _minmax(values: Sequence[float]) -> tuple[float, float]:
+    lo, hi = min(values), max(values)
+    return lo, (hi - lo)
+
+
+def fuse(pool: Sequence[Scored], keyword_weight: float, others: Sequence[Scored] = ()) -> None:
+    """Set `base` of every memory of `pool` (and `others`, scored against the pool's
+    range: neighbours fetched later) to the convex fusion of its min-max normalised BM25
+    and cosine scores. A pool where a signal is flat contributes nothing from it."""
+    if not pool:
+        return
+    k_lo, k_span = _minmax([s.bm25 for s in pool])
+    d_lo, d_span = _minmax([s.cosine for s in pool])
+    for s in (*pool, *others):
+        keyword = (s.bm25 - k_lo) / k_span if k_span > 0 else 0.0
+        dense = (s.cosine - d_lo) / d_span if d_span > 0 else 0.0
+        s.base = max(0.0, keyword_weight * keyword + (1.0 - keyword_weight) * dense)
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def named_speakers(query: str, speakers: Iterable[str]) -> set[str]:
+    """The speakers whose name (every word of it, case-folded) the query contains."""
+    words = {w.casefold() for w in _WORD.findall(query)}
+    named = set()
+    for speaker in speakers:
+        parts = [w.casefold() for w in _WORD.findall(speaker)]
+        if parts and all(p in words for p in parts):
+            named.add(speaker)
+    return named
+
+
+def conversation_lift(
+    pool: Sequence[Scored],
+    values: Mapping[str, float],
+    adjacency: float,
+    question_handoff: float,
+) -> dict[str, float]:
+    """Each member's value in `values` lifted by its conversation (same session only):
+
+    * adjacency: + `adjacency` x the best value of the turns right before and after it;
+    * question hand-off: a turn that asks a question (ends with "?") keeps 1 - h of its
+      value, and the turn after it gains h x the question's value: the reply, not the
+      question, holds what was asked about.
+    """
+    by_turn = {s.turn: s for s in pool if s.turn is not None}
+    out: dict[str, float] = {}
+    for s in pool:
+        own = values[s.id]
+        turn = s.turn
+        if turn is None:
+            out[s.id] = own
+            continue
+        session, position = turn
+        before, after = by_turn.get((session, position - 1)), by_turn.get((session, position + 1))
+        lifted = own * (1.0 - question_handoff) if s.asks else own
+        near = [values[n.id] for n in (before, after) if n is not None]
+        lifted += adjacency * max(near, default=0.0)
+        if before is not None and before.asks:
+            lifted += question_handoff * values[before.id]
+        out[s.id] = lifted
+    return out
+
+
+def spread(ranked: Sequence[Scored], top_k: int, window: int) -> list[Scored]:
+    """The first `top_k` of `ranked`, skipping a turn within `window` positions of a turn
+    already taken in the same session (it comes as that hit's context)."""
+    if window <= 0:
+        return list(ranked[:top_k])
+    taken: list[Scored] = []
+    for s in ranked:
+        turn = s.turn
+        if turn is not None and any(
+            t.turn is not None and t.turn[0] == turn[0] and abs(t.turn[1] - turn[1]) <= window
+            for t in taken
+        ):
+            continue
+        taken.append(s)
+        if len(taken) == top_k:
+            break
+    return taken
+
+
+def idf_of(live: int, df: int) -> float:
+    """BM25 inverse document frequency (as Qdrant's IDF modifier computes it)."""
+    return math.log(1.0 + (live - df + 0.5) / (df + 0.5))

@@ -1,0 +1,94 @@
+"""Ranking for conversations (ADR 0400): the pure steps on hand-made pools."""
+
+from __future__ import annotations
+
+import pytest
+
+from memoryd.core.retrieval.conversation import (
+    Scored,
+    bm25_binary,
+    conversation_lift,
+    fuse,
+    named_speakers,
+    spread,
+)
+
+
+def _m(name: str, cosine: float = 0.0, bm25: float = 0.0, **kw: object) -> Scored:
+    return Scored(name, cosine=cosine, bm25=bm25, share=0.0, **kw)  # type: ignore[arg-type]
+
+
+def test_fusion_normalises_each_signal_over_the_pool_and_leans_on_keywords() -> None:
+    keyword_match = _m("keyword", cosine=0.30, bm25=9.0)
+    dense_match = _m("dense", cosine=0.60, bm25=0.0)
+    middle = _m("middle", cosine=0.45, bm25=4.5)
+    fuse([keyword_match, dense_match, middle], keyword_weight=0.6)
+    assert keyword_match.base == 0.6  # best keyword score, worst cosine
+    assert dense_match.base == 0.4
+    assert abs(middle.base - 0.5) < 1e-9
+    fuse([keyword_match, dense_match, middle], keyword_weight=1.0)  # BM25 alone
+    assert [m.id for m in sorted((keyword_match, dense_match, middle), key=lambda m: -m.base)] == [
+        "keyword",
+        "middle",
+        "dense",
+    ]
+
+
+def test_a_flat_signal_adds_nothing_and_late_members_are_scored_on_the_pool_range() -> None:
+    a, b = _m("a", cosine=0.5, bm25=2.0), _m("b", cosine=0.5, bm25=4.0)
+    late = _m("late", cosine=0.9, bm25=1.0)
+    fuse([a, b], keyword_weight=0.5, others=[late])
+    assert (a.base, b.base) == (0.0, 0.5)
+    assert late.base == 0.0  # below the pool's keyword range, clipped, and cosine is flat
+
+
+def test_bm25_of_a_short_text_saturates_with_length() -> None:
+    idf = {1: 2.0, 2: 1.0}
+    short = bm25_binary(idf, {1, 2, 3}, k1=1.2, b=0.75, avg_len=40)
+    long = bm25_binary(idf, {1, 2, *range(10, 90)}, k1=1.2, b=0.75, avg_len=40)
+    assert short > long > 0
+    assert bm25_binary(idf, {7}, k1=1.2, b=0.75, avg_len=40) == 0.0
+
+
+def test_a_speaker_is_named_by_every_word_of_the_name_in_any_case() -> None:
+    speakers = {"Priya", "Tomás", "Mary Ann"}
+    assert named_speakers("What breed is priya's dog?", speakers) == {"Priya"}
+    assert named_speakers("Did Tomás and Mary Ann meet?", speakers) == {"Tomás", "Mary Ann"}
+    assert named_speakers("Did Mary call?", speakers) == set()
+
+
+def test_a_turn_is_lifted_by_its_best_neighbour_in_the_same_session_only() -> None:
+    matching = _m("match", session="s1", position=4)
+    reply = _m("reply", session="s1", position=5)
+    other_session = _m("x", session="s2", position=6)
+    loose_note = _m("note")  # no session: never lifted, never lifts
+    pool = [matching, reply, other_session, loose_note]
+    values = {"match": 0.9, "reply": 0.1, "x": 0.5, "note": 0.4}
+    lifted = conversation_lift(pool, values, adjacency=0.5, question_handoff=0.0)
+    assert lifted["reply"] == pytest.approx(0.1 + 0.5 * 0.9)
+    assert lifted["match"] == pytest.approx(0.9 + 0.5 * 0.1)
+    assert lifted["x"] == 0.5 and lifted["note"] == 0.4
+
+
+def test_a_question_hands_part_of_its_score_to_the_reply_after_it() -> None:
+    before = _m("before", session="s", position=1)
+    question = _m("question", session="s", position=2, asks=True)
+    reply = _m("reply", session="s", position=3)
+    values = {"before": 0.2, "question": 0.8, "reply": 0.3}
+    lifted = conversation_lift([before, question, reply], values, 0.0, question_handoff=0.5)
+    assert lifted["question"] == pytest.approx(0.4)
+    assert lifted["reply"] == pytest.approx(0.3 + 0.4)  # the reply now ranks first
+    assert lifted["before"] == 0.2  # only the turn after a question gains
+
+
+def test_with_a_context_window_hits_inside_a_taken_hits_window_are_skipped() -> None:
+    ranked = [
+        _m("a", session="s", position=10),
+        _m("b", session="s", position=11),  # comes as a's context
+        _m("c", session="t", position=11),
+        _m("d", session="s", position=13),
+        _m("e"),
+    ]
+    assert [m.id for m in spread(ranked, 3, window=1)] == ["a", "c", "d"]
+    assert [m.id for m in spread(ranked, 3, window=0)] == ["a", "b", "c"]
+    assert [m.id for m in spread(ranked, 3, window=3)] == ["a", "c", "e"]
