@@ -127,7 +127,14 @@ class World:
         self.tally.by_rpc[rpc] += 1
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await call
-        assert caught.value.code() == code, (rpc, caught.value.details())
+        err = caught.value
+        if rpc == "Import" and err.code() == grpc.StatusCode.INTERNAL:
+            # grpcio's client reports its own INTERNAL when the server refuses a request
+            # stream it is still sending (grpc/grpc#36066); the refusal happened all the same
+            # (nothing is written: every owner's items are checked throughout the run).
+            assert 'Failed "execute_batch"' in (err.debug_error_string() or ""), err
+        else:
+            assert err.code() == code, (rpc, err.details())
         if code == DENIED:
             self.tally.denied += 1
         else:

@@ -12,6 +12,7 @@ request's behalf (the write-behind copy) must carry it in what it queues.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -203,7 +204,10 @@ def correlated(rid: str) -> Iterator[str]:
     try:
         yield rid
     finally:
-        _request_id.reset(token)
+        # A streaming call may end in another context than it began (grpc.aio runs a
+        # request stream's reader apart); that context dies with the call anyway.
+        with contextlib.suppress(ValueError):
+            _request_id.reset(token)
 
 
 def new_request_id() -> str:
