@@ -22,6 +22,7 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[local,openai,dev]"
+	$(VENV)/bin/memoryd prepare-embedder
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -15,6 +15,7 @@ from memoryd.core.lifecycle.erasure import Erasure
 from memoryd.core.lifecycle.maintenance import Maintenance, MaintenanceLoop
 from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.lifecycle.write_behind import ConversationCopier
+from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import MemoryRecord, Scope, Tier
 from memoryd.core.retrieval import bm25
@@ -88,6 +89,19 @@ def build_embedder(settings: Settings) -> Embedder:
     )
 
 
+def build_batcher(settings: Settings, embedder: Embedder) -> EmbeddingBatcher:
+    cfg = settings.embedder
+    # A local model uses its threads' cores whole; a remote API hides its round trips best
+    # with a few calls in flight.
+    default_concurrency = 4 if cfg.provider == "openai" else 1
+    return EmbeddingBatcher(
+        embedder,
+        max_batch=cfg.batch_max_size,
+        max_wait_s=cfg.batch_max_wait_ms / 1000,
+        concurrency=cfg.batch_concurrency or default_concurrency,
+    )
+
+
 def open_vector_store(settings: Settings, dim: int) -> VectorStore:
     try:
         return vector_adapters.ADAPTERS[vector_adapters.adapter_name(settings)](settings, dim)
@@ -157,7 +171,8 @@ async def build_app(
     vectors = await asyncio.to_thread(open_vectors, settings, embedder)
     hot = build_hot_store(settings)
     queue = build_queue(settings)
-    memory = VectorMemory(vectors, embedder, settings.retrieval, clock)
+    batcher = build_batcher(settings, embedder)
+    memory = VectorMemory(vectors, batcher, settings.retrieval, clock)
     archive = ColdArchive(JsonlArchiveStore(settings.data_dir / "archive"), clock)
 
     async def copy_message(scope: Scope, message: MemoryRecord) -> None:
@@ -210,7 +225,8 @@ async def build_app(
             maintenance.run_once, settings.retention.maintenance_interval_seconds
         ),
         probes={"memoryd.hot_store": hot.ping, "memoryd.vector_store": vectors_up},
-        closers=[close_vectors, hot.close, queue.close],
+        # Closed in reverse: the batcher last, once nothing can embed any more.
+        closers=[batcher.close, close_vectors, hot.close, queue.close],
         memory=memory,
         backups=backups,
     )

@@ -18,12 +18,13 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 
 from memoryd.core.errors import FieldViolation, StoreUnavailable
+from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.payload import content_hash, embed_text_of, from_payload, to_payload
 from memoryd.core.models import ImportResult, Kind, MemoryRecord, Scope, Tier
 from memoryd.core.retrieval import bm25
 from memoryd.core.tiers.base import TierHits
 from memoryd.settings import RetrievalSettings
-from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
+from memoryd.stores.embeddings.port import EmbedderUnavailable
 from memoryd.stores.vectors.port import (
     TERMS_FIELD,
     Condition,
@@ -65,7 +66,7 @@ class VectorMemory:
     def __init__(
         self,
         store: VectorStore,
-        embedder: Embedder,
+        embedder: EmbeddingBatcher,
         retrieval: RetrievalSettings,
         clock: Callable[[], float],
     ) -> None:
@@ -85,7 +86,7 @@ class VectorMemory:
     async def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], float]:
         started = time.perf_counter()
         try:
-            vectors = await asyncio.to_thread(self._embedder.embed, list(texts))
+            vectors = await self._embedder.embed(texts)
         except EmbedderUnavailable as exc:
             raise StoreUnavailable("embedder", str(exc)) from exc
         return vectors, (time.perf_counter() - started) * 1000
