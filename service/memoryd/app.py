@@ -59,6 +59,7 @@ class App:
     # For `memoryd backup`/`restore`: who has memories, and where backups go.
     memory: VectorMemory | None = None
     backups: BackupStore | None = None
+    embedding: EmbeddingBatcher | None = None
 
     async def start(self) -> None:
         self.copier.start()
@@ -229,4 +230,5 @@ async def build_app(
         closers=[batcher.close, close_vectors, hot.close, queue.close],
         memory=memory,
         backups=backups,
+        embedding=batcher,
     )
