@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test install redis gen docs lint format eval clean
+.PHONY: run test install redis gen docs lint format eval bench clean
 
 run: install
 	$(VENV)/bin/memoryd serve
@@ -38,6 +38,12 @@ redis:
 eval: install
 	PYTHONPATH=service $(PY) evals/run_eval.py
 	PYTHONPATH=service $(PY) evals/run_longconv.py --min-recall 0.55
+
+# The load harness against a server it starts (benchmarks/load.py; BENCH_ARGS to narrow it,
+# e.g. BENCH_ARGS="-z 5s --scenarios add_long_term,retrieve_new"). Reports go to
+# benchmarks/results/<time>/; results so far are in benchmarks/RESULTS.md.
+bench: install
+	PYTHONPATH=service $(PY) benchmarks/load.py --start-server $(BENCH_ARGS)
 
 gen: install
 	PYTHON=$(PY) bash scripts/gen_stubs.sh
