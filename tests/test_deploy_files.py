@@ -628,9 +628,10 @@ def test_the_probes_ask_the_real_health_services_on_the_grpc_port(
     # A liveness failure needs longer than a whole graceful stop (NOT_SERVING from SIGTERM).
     liveness = probes["livenessProbe"]
     pod = one(docs, "Deployment", "memoryd")["spec"]["template"]["spec"]
-    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= pod[
-        "terminationGracePeriodSeconds"
-    ]
+    assert (
+        liveness["periodSeconds"] * liveness["failureThreshold"]
+        >= pod["terminationGracePeriodSeconds"]
+    )
     startup = probes["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120
 

@@ -15,6 +15,9 @@ from memoryd.stores.hot.redis_store import user_prefix
 from memoryd.stores.ratelimit.port import BucketKey, BucketsUnavailable, Rate, Taken
 from memoryd.stores.redis_clients import DOWN, AsyncClient, FirstUse, open_async
 
+# A Redis (or cluster node) that cannot be reached, and any error reply.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (RedisError, *DOWN)
+
 # KEYS[1] bucket; ARGV capacity, refill per second, now (s), cost.
 # Numbers go back as strings: Redis would truncate Lua floats to integers.
 _TAKE = """
@@ -70,7 +73,7 @@ class RedisBuckets:
                 keys=[bucket_key(key)],
                 args=[repr(rate.capacity), repr(rate.refill_per_s), repr(now), repr(cost)],
             )
-        except (RedisError, *DOWN) as exc:
+        except _UNAVAILABLE as exc:
             raise BucketsUnavailable(str(exc)) from exc
         return Taken(bool(int(allowed)), float(remaining), float(retry))
 
