@@ -138,9 +138,21 @@ async def start_server(tmp_path: Path, embedder: Embedder) -> AsyncIterator[Serv
         await handle.server.stop(grace_s=0)
 
 
-@pytest.fixture(params=["in_process", "redis"])
-async def memoryd(request: pytest.FixtureRequest, start_server: ServerFactory) -> RunningServer:
-    """A server on each hot store kind; tests using it run once per kind."""
-    if request.param == "redis":
+async def server_on(
+    request: pytest.FixtureRequest, start_server: ServerFactory, hot_store: str
+) -> RunningServer:
+    """A server whose hot tiers (and queue, buckets) are in-process, on the private Redis,
+    or on the private Redis Cluster."""
+    if hot_store == "redis_cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        return await start_server(redis_url=cluster.url, redis_cluster=True)
+    if hot_store == "redis":
         return await start_server(redis_url=request.getfixturevalue("redis_server").url)
     return await start_server()
+
+
+@pytest.fixture(params=["in_process", "redis"])
+async def memoryd(request: pytest.FixtureRequest, start_server: ServerFactory) -> RunningServer:
+    """A server on each hot store kind; tests using it run once per kind. The hot-tier
+    suites override it to run on a Redis Cluster as well."""
+    return await server_on(request, start_server, request.param)

@@ -39,7 +39,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import BaseModel
 
 from memoryd.settings import Settings
-from memoryd.transport.health import SERVICE_NAME
+from memoryd.transport.health import LIVENESS_NAME, SERVICE_NAME
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
 from redis_server import free_port
@@ -53,7 +53,7 @@ OVERLAYS = ("dev", "prod")
 # Native gRPC probes are GA from 1.27: validate against it and the newest schemas shipped.
 K8S_VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
 PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-HEALTH_NAMES = {"", SERVICE_NAME}
+HEALTH_NAMES = {"", SERVICE_NAME, LIVENESS_NAME}
 
 # Settings blocks that other work adds (the deploy files already use them). Until it lands
 # a name under them is reported as an expected failure; after, it is checked like any other.
@@ -529,7 +529,8 @@ def test_compose_runs_memoryd_as_the_image_does(
     assert [v.split(":")[1] for v in memoryd["volumes"]] == [str(settings.data_dir)]
     assert memoryd["stop_signal"] == "SIGTERM"
     stop_s = int(memoryd["stop_grace_period"].removesuffix("s"))
-    assert stop_s > settings.grace_period_seconds + 5
+    # The drain, then the write-behind flush (each up to the grace period), then closing.
+    assert stop_s >= 2 * settings.grace_period_seconds + 5
     published = {int(p.split(":")[-1]) for p in memoryd["ports"]}
     env = memoryd["environment"]
     assert published == {port_of(settings.listen), port_of(env["MEMORYD_METRICS__LISTEN"])}
@@ -619,8 +620,18 @@ def test_the_probes_ask_the_real_health_services_on_the_grpc_port(
     for kind, probe in probes.items():
         assert probe["grpc"]["port"] == ports["grpc"], kind
         assert probe["grpc"]["service"] in HEALTH_NAMES, kind
-    # Readiness follows the stores and SIGTERM; start-up leaves room for the model load.
+    # Readiness follows the stores and SIGTERM; liveness and start-up only the process (a
+    # store outage must not restart pods); start-up leaves room for the model load.
     assert probes["readinessProbe"]["grpc"]["service"] == SERVICE_NAME
+    assert probes["livenessProbe"]["grpc"]["service"] == LIVENESS_NAME
+    assert probes["startupProbe"]["grpc"]["service"] == LIVENESS_NAME
+    # A liveness failure needs longer than a whole graceful stop (NOT_SERVING from SIGTERM).
+    liveness = probes["livenessProbe"]
+    pod = one(docs, "Deployment", "memoryd")["spec"]["template"]["spec"]
+    assert (
+        liveness["periodSeconds"] * liveness["failureThreshold"]
+        >= pod["terminationGracePeriodSeconds"]
+    )
     startup = probes["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120
 
@@ -655,8 +666,10 @@ def test_termination_grace_outlasts_the_drain(
     settings = settings_from(config_env(docs), monkeypatch)
     pre_stop = memoryd_container(docs)["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"
-    drain = int(pre_stop[1]) + settings.grace_period_seconds
-    assert pod["terminationGracePeriodSeconds"] >= drain + 10  # closing the stores too
+    # preStop, the drain of calls, then the write-behind flush (each up to the grace
+    # period), then closing the stores.
+    stop = int(pre_stop[1]) + 2 * settings.grace_period_seconds
+    assert pod["terminationGracePeriodSeconds"] >= stop + 5
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

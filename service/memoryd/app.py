@@ -39,6 +39,7 @@ from memoryd.settings import Settings
 from memoryd.stores import embeddings as embedder_adapters
 from memoryd.stores import hot as hot_adapters
 from memoryd.stores import queue as queue_adapters
+from memoryd.stores import ratelimit as bucket_adapters
 from memoryd.stores import vectors as vector_adapters
 from memoryd.stores.archive.jsonl_store import JsonlArchiveStore
 from memoryd.stores.audit.jsonl_log import JsonlAuditLog
@@ -50,9 +51,7 @@ from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
 from memoryd.stores.extractor.port import StructuredChat
 from memoryd.stores.hot.port import HotStore
 from memoryd.stores.queue.port import WriteBehindQueue
-from memoryd.stores.ratelimit.memory_buckets import InProcessBuckets
 from memoryd.stores.ratelimit.port import TokenBuckets
-from memoryd.stores.ratelimit.redis_buckets import RedisBuckets
 from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore, VectorStoreError
 from memoryd.transport.telemetry import Telemetry
 from memoryd.transport.tracing import TracingUnavailable
@@ -237,10 +236,9 @@ def build_sessions(
 
 
 def build_buckets(settings: Settings) -> TokenBuckets:
-    """Rate-limit buckets: in Redis when configured, so every replica shares them."""
-    if settings.redis_url:
-        return RedisBuckets(settings.redis_url)
-    return InProcessBuckets()
+    """Rate-limit buckets: in Redis (or a Redis Cluster) when configured, so every replica
+    shares them."""
+    return bucket_adapters.ADAPTERS[bucket_adapters.adapter_name(settings)](settings)
 
 
 def build_lease(settings: Settings) -> tuple[Lease, Callable[[], Awaitable[None]]] | None:

@@ -449,6 +449,12 @@ class WriteBehindSettings(BaseModel):
         gt=0,
         description="Health turns NOT_SERVING when copying has failed for this long",
     )
+    claim_after_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="With Redis, messages another replica took and left unacked this long "
+        "(it died) are claimed and copied here",
+    )
 
 
 class BackupSettings(BaseModel):

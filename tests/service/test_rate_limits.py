@@ -15,7 +15,7 @@ from clock import MovableClock
 from conftest import RunningServer, ServerFactory
 from grants import Caller, error_info, new_key, retry_delay_s
 from memoryd.v1 import memory_pb2 as pb
-from redis_server import RedisServer
+from redis_cluster import RedisCluster
 from rpc import quota_failure, rpc_error, scope
 
 LT, WK = pb.TIER_LONG_TERM, pb.TIER_WORKING
@@ -35,12 +35,25 @@ def keys_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(params=["in_process", "redis"])
-def buckets(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """Settings for buckets in this process, or in Redis."""
-    if request.param == "redis":
+def bucket_settings(request: pytest.FixtureRequest, where: str) -> dict[str, Any]:
+    if where == "redis_cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        return {"redis_url": cluster.url, "redis_cluster": True}
+    if where == "redis":
         return {"redis_url": request.getfixturevalue("redis_server").url}
     return {}
+
+
+@pytest.fixture(params=["in_process", "redis", "redis_cluster"])
+def buckets(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Settings for buckets in this process, in one Redis, or in a Redis Cluster."""
+    return bucket_settings(request, request.param)
+
+
+@pytest.fixture(params=["redis", "redis_cluster"])
+def shared_buckets(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Settings for buckets every replica shares: one Redis, or a Redis Cluster."""
+    return bucket_settings(request, request.param)
 
 
 async def limited_server(
@@ -166,13 +179,13 @@ async def test_replicas_on_one_redis_share_the_buckets(
     clock: MovableClock,
     keys_file: Path,
     tmp_path: Path,
-    redis_server: RedisServer,
+    shared_buckets: dict[str, Any],
 ) -> None:
     common: dict[str, Any] = {
         "clock": clock,
         "auth": {"keys_file": keys_file},
         "quotas": TIGHT,
-        "redis_url": redis_server.url,
+        **shared_buckets,
     }
     first = await start_server(**common, data_dir=tmp_path / "one")
     second = await start_server(**common, data_dir=tmp_path / "two")

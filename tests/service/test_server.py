@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from conftest import RunningServer, ServerFactory
+from memoryd.transport.health import LIVENESS_NAME
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
 from redis_server import RedisServer, free_port
@@ -82,6 +83,9 @@ async def test_a_redis_that_is_down_gives_unavailable_and_not_serving(
     await s.server.health.check_now()
     assert await health_of(s.channel, "memoryd.hot_store") == NOT_SERVING
     assert await health_of(s.channel, "memoryd.v1.MemoryService") == NOT_SERVING
+    assert await health_of(s.channel, "") == NOT_SERVING
+    # Liveness asks only whether the process answers: a store outage must not restart it.
+    assert await health_of(s.channel, LIVENESS_NAME) == SERVING
 
 
 def test_sigterm_turns_not_serving_then_stops_gracefully(tmp_path: Path) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import redis.asyncio as aioredis
 
-from conftest import RunningServer, ServerFactory
+from conftest import RunningServer, ServerFactory, server_on
 from memoryd.stores.hot.port import SessionKey
 from memoryd.stores.hot.redis_store import session_keys
 from memoryd.v1 import memory_pb2 as pb
@@ -12,6 +13,12 @@ from redis_server import RedisServer
 from rpc import scope
 
 ST = pb.TIER_SHORT_TERM
+
+
+@pytest.fixture(params=["in_process", "redis", "redis_cluster"])
+async def memoryd(request: pytest.FixtureRequest, start_server: ServerFactory) -> RunningServer:
+    """This hot-tier suite runs on every hot store: in-process, one Redis, a Redis Cluster."""
+    return await server_on(request, start_server, request.param)
 
 
 def session(user_id: str, session_id: str = "sess_abc123") -> pb.Scope:

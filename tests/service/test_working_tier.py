@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 
-from conftest import RunningServer
+from conftest import RunningServer, ServerFactory, server_on
 from memoryd.v1 import memory_pb2 as pb
 from rpc import quota_failure, rpc_error, scope
 
 W = pb.TIER_WORKING
+
+
+@pytest.fixture(params=["in_process", "redis", "redis_cluster"])
+async def memoryd(request: pytest.FixtureRequest, start_server: ServerFactory) -> RunningServer:
+    """This hot-tier suite runs on every hot store: in-process, one Redis, a Redis Cluster."""
+    return await server_on(request, start_server, request.param)
 
 
 def task(user_id: str, task_id: str = "task-1") -> pb.Scope:

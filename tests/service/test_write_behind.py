@@ -1,6 +1,7 @@
 """The write-behind copier of conversation messages keeps going when a batch fails (the
 embedder is down): later messages are copied once it is back, and the failed batch stays
-queued (never dropped) until it is replayed after a restart."""
+queued (never dropped) until it is replayed after a restart. On every queue: the journal
+file, a Redis stream, a Redis Cluster stream."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import operator
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -19,6 +21,7 @@ from memoryd.transport.server import MemorydServer
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
 from openai_stub import OpenAIStub, start_openai_stub
+from redis_cluster import RedisCluster
 from rpc import scope
 
 FAILED = "I am allergic to peanuts"
@@ -47,6 +50,17 @@ async def serving(
         await server.stop(grace_s=0)
 
 
+@pytest.fixture(params=["file", "redis", "redis_cluster"])
+def queue_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Where the write-behind queue is (with Redis, the hot tiers are there too)."""
+    if request.param == "redis_cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        return {"redis_url": cluster.url, "redis_cluster": True}
+    if request.param == "redis":
+        return {"redis_url": request.getfixturevalue("redis_server").url}
+    return {}
+
+
 async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
     """Wait for the background worker (the deadline is against hanging, not a timing test)."""
     wait = AsyncRetrying(
@@ -67,7 +81,7 @@ async def messages_found(
 
 
 async def test_a_failed_batch_is_released_and_copied_once_the_store_answers(
-    openai_api: OpenAIStub, tmp_path: Path, user_id: str
+    openai_api: OpenAIStub, tmp_path: Path, user_id: str, queue_settings: dict[str, Any]
 ) -> None:
     settings = Settings(
         listen="127.0.0.1:0",
@@ -79,6 +93,7 @@ async def test_a_failed_batch_is_released_and_copied_once_the_store_answers(
             "openai_dimensions": 8,
         },
         write_behind={"retry_seconds": 0.05},
+        **queue_settings,
     )
     sc = scope(user_id, session_id="s")
     async with serving(settings) as (_, stub):

@@ -1,4 +1,5 @@
-"""The rate-limit bucket contract: in-process and Redis (one Lua script) behave alike."""
+"""The rate-limit bucket contract: in-process, one Redis and a Redis Cluster (one Lua
+script) behave alike."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import redis.asyncio as aioredis
 
-from memoryd.stores.ratelimit.memory_buckets import InProcessBuckets
+from conftest import redis_settings
+from memoryd.stores import ratelimit
 from memoryd.stores.ratelimit.port import BucketKey, Rate, TokenBuckets
 from memoryd.stores.ratelimit.redis_buckets import RedisBuckets, bucket_key
 from redis_server import RedisServer
@@ -20,18 +22,18 @@ TEN_A_MINUTE = Rate.per_minute(10)
 Opener = Callable[[], TokenBuckets]
 
 
-@pytest.fixture(params=["in_process", "redis"])
+@pytest.fixture(params=sorted(ratelimit.ADAPTERS))
 async def open_buckets(request: pytest.FixtureRequest) -> AsyncIterator[Opener]:
     """Each call opens another handle on the same buckets (for Redis: another replica)."""
     opened: list[TokenBuckets] = []
-    shared = InProcessBuckets()
+    settings = redis_settings(request, request.param)
+    shared = ratelimit.ADAPTERS[request.param](settings)
+    opened.append(shared)
 
     def open_() -> TokenBuckets:
-        buckets: TokenBuckets
-        if request.param == "redis":
-            buckets = RedisBuckets(request.getfixturevalue("redis_server").url)
-        else:
-            buckets = shared
+        if request.param == "in_process":
+            return shared
+        buckets = ratelimit.ADAPTERS[request.param](settings)
         opened.append(buckets)
         return buckets
 

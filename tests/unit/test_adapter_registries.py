@@ -11,7 +11,7 @@ from typing import Any, get_args
 import pytest
 
 from memoryd.settings import EmbedderSettings, Settings, VectorSettings
-from memoryd.stores import embeddings, hot, queue, vectors
+from memoryd.stores import embeddings, hot, queue, ratelimit, vectors
 from memoryd.stores.hot.memory_store import InProcessHotStore
 from memoryd.stores.queue.file_queue import FileQueue
 
@@ -43,6 +43,13 @@ def test_every_embedder_provider_the_settings_accept_has_an_adapter() -> None:
             "qdrant",
             "openai",
         ),
+        (
+            {"redis_url": "redis://127.0.0.1:1", "redis_cluster": True},
+            "redis_cluster",
+            "redis_cluster",
+            "edge",
+            "minilm",
+        ),
     ],
 )
 def test_the_settings_choose_the_adapters(
@@ -52,6 +59,9 @@ def test_the_settings_choose_the_adapters(
 
     assert hot.adapter_name(settings) == hot_name
     assert queue.adapter_name(settings) == queue_name
+    # Rate-limit buckets live where the hot tiers do.
+    assert ratelimit.adapter_name(settings) == hot_name
+    assert hot_name in ratelimit.ADAPTERS
     assert vectors.adapter_name(settings) == vector_name
     assert embeddings.adapter_name(settings) == embedder_name
     assert hot_name in hot.ADAPTERS
@@ -84,6 +94,10 @@ def test_redis_adapters_refuse_settings_without_a_url(tmp_path: Path) -> None:
         hot.ADAPTERS["redis"](settings)
     with pytest.raises(ValueError, match="redis_url"):
         queue.ADAPTERS["redis"](settings)
+    for registry in (hot.ADAPTERS, queue.ADAPTERS, ratelimit.ADAPTERS):
+        for name in ("redis", "redis_cluster"):
+            with pytest.raises(ValueError, match="redis_url"):
+                registry[name](settings)
 
 
 def test_importing_the_ports_and_registries_loads_no_adapter_library() -> None:
@@ -91,7 +105,8 @@ def test_importing_the_ports_and_registries_loads_no_adapter_library() -> None:
         "import sys\n"
         "import memoryd.stores.hot.port, memoryd.stores.queue.port\n"
         "import memoryd.stores.vectors.port, memoryd.stores.embeddings.port\n"
-        "from memoryd.stores import embeddings, hot, queue, vectors\n"
+        "import memoryd.stores.ratelimit.port\n"
+        "from memoryd.stores import embeddings, hot, queue, ratelimit, vectors\n"
         "heavy = {'qdrant_edge', 'qdrant_client', 'torch', 'sentence_transformers', 'openai',"
         " 'redis'}\n"
         "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))\n"

@@ -22,6 +22,10 @@ Probe = Callable[[], Awaitable[bool]]
 Report = Callable[[str, bool], None]
 
 SERVICE_NAME = "memoryd.v1.MemoryService"
+# SERVING from start to shutdown whatever the stores do: it answers only while the process
+# and its event loop do, which is all a liveness probe should ask (readiness asks
+# SERVICE_NAME, which follows the stores; restarting a replica does not bring a store back).
+LIVENESS_NAME = "memoryd.liveness"
 
 
 class HealthMonitor:
@@ -43,6 +47,7 @@ class HealthMonitor:
         self._last: dict[str, bool] = {}
 
     async def start(self) -> None:
+        await self.servicer.set(LIVENESS_NAME, hpb.HealthCheckResponse.SERVING)
         await self.check_now()
         self._task = asyncio.create_task(self._loop(), name="health-monitor")
 

@@ -31,7 +31,9 @@ def _redis(settings: Settings) -> WriteBehindQueue:
         raise ValueError("the redis write-behind queue needs redis_url")
     # A stable consumer name: after a restart the replica first gets back what it had taken.
     consumer = settings.instance_id or socket.gethostname()
-    return RedisStreamQueue.from_url(settings.redis_url, consumer)
+    return RedisStreamQueue.from_url(
+        settings.redis_url, consumer, claim_idle_s=settings.write_behind.claim_after_seconds
+    )
 
 
 def _redis_cluster(settings: Settings) -> WriteBehindQueue:
@@ -41,7 +43,11 @@ def _redis_cluster(settings: Settings) -> WriteBehindQueue:
         raise ValueError("the redis cluster write-behind queue needs redis_url (any node of it)")
     consumer = settings.instance_id or socket.gethostname()
     return RedisStreamQueue.from_url(
-        settings.redis_url, consumer, cluster=True, stream=CLUSTER_STREAM
+        settings.redis_url,
+        consumer,
+        cluster=True,
+        stream=CLUSTER_STREAM,
+        claim_idle_s=settings.write_behind.claim_after_seconds,
     )
 
 

@@ -53,10 +53,21 @@ class RedisStreamQueue:
 
     @classmethod
     def from_url(
-        cls, url: str, consumer: str, *, cluster: bool = False, stream: str = STREAM
+        cls,
+        url: str,
+        consumer: str,
+        *,
+        cluster: bool = False,
+        stream: str = STREAM,
+        claim_idle_s: float = 60.0,
     ) -> RedisStreamQueue:
         """A queue on its own client, closed with the queue."""
-        queue = cls(open_async(url, cluster=cluster), consumer, stream)
+        queue = cls(
+            open_async(url, cluster=cluster),
+            consumer,
+            stream,
+            claim_idle_ms=max(1, int(claim_idle_s * 1000)),
+        )
         queue._owns_client = True
         return queue
 

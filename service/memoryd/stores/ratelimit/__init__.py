@@ -1,0 +1,54 @@
+"""Rate-limit token buckets: the `TokenBuckets` port (port.py) and one module per adapter.
+
+`ADAPTERS` names every adapter; `adapter_name` reads which one the settings choose. Each
+factory imports its module when called. A new adapter is its module plus one line in
+`ADAPTERS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from memoryd.settings import Settings
+    from memoryd.stores.ratelimit.port import TokenBuckets
+
+BucketsFactory: TypeAlias = "Callable[[Settings], TokenBuckets]"
+
+
+def _in_process(settings: Settings) -> TokenBuckets:
+    from memoryd.stores.ratelimit.memory_buckets import InProcessBuckets
+
+    return InProcessBuckets()
+
+
+def _redis(settings: Settings) -> TokenBuckets:
+    from memoryd.stores.ratelimit.redis_buckets import RedisBuckets
+
+    if not settings.redis_url:
+        raise ValueError("the redis rate-limit buckets need redis_url")
+    return RedisBuckets(settings.redis_url)
+
+
+def _redis_cluster(settings: Settings) -> TokenBuckets:
+    from memoryd.stores.ratelimit.redis_buckets import RedisBuckets
+
+    if not settings.redis_url:
+        raise ValueError("the redis cluster rate-limit buckets need redis_url (any node of it)")
+    return RedisBuckets(settings.redis_url, cluster=True)
+
+
+ADAPTERS: dict[str, BucketsFactory] = {
+    "in_process": _in_process,
+    "redis": _redis,
+    "redis_cluster": _redis_cluster,
+}
+
+
+def adapter_name(settings: Settings) -> str:
+    """Redis (or a Redis Cluster) when a URL is configured, so that every replica shares
+    the buckets; else this process's own."""
+    if not settings.redis_url:
+        return "in_process"
+    return "redis_cluster" if settings.redis_cluster else "redis"

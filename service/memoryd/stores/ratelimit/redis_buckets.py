@@ -2,16 +2,21 @@
 atomically, so concurrent calls on several replicas never overspend a bucket.
 
 A bucket is a hash `memoryd:{<tenant>:<user>}:rl:<name>` (the user's hash tag, as in the
-hot store) with `tokens` and `ts`; it expires once it would be full again.
+hot store) with `tokens` and `ts`; it expires once it would be full again. The script
+touches that one key, so on a Redis Cluster (`cluster=True`, the cluster client) it runs on
+the master holding the user's slot.
 """
 
 from __future__ import annotations
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from memoryd.stores.hot.redis_store import user_prefix
 from memoryd.stores.ratelimit.port import BucketKey, BucketsUnavailable, Rate, Taken
+from memoryd.stores.redis_clients import DOWN, AsyncClient, FirstUse, open_async
+
+# A Redis (or cluster node) that cannot be reached, and any error reply.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (RedisError, *DOWN)
 
 # KEYS[1] bucket; ARGV capacity, refill per second, now (s), cost.
 # Numbers go back as strings: Redis would truncate Lua floats to integers.
@@ -51,17 +56,24 @@ def bucket_key(key: BucketKey) -> str:
 
 
 class RedisBuckets:
-    def __init__(self, url: str) -> None:
-        self._redis = aioredis.Redis.from_url(url)
+    def __init__(self, url: str, socket_timeout_s: float = 2.0, *, cluster: bool = False) -> None:
+        self._redis: AsyncClient = open_async(
+            url,
+            cluster=cluster,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=socket_timeout_s,
+        )
+        self._first_use = FirstUse(self._redis)
         self._take = self._redis.register_script(_TAKE)
 
     async def take(self, key: BucketKey, rate: Rate, now: float, cost: float = 1.0) -> Taken:
         try:
+            await self._first_use()
             allowed, remaining, retry = await self._take(
                 keys=[bucket_key(key)],
                 args=[repr(rate.capacity), repr(rate.refill_per_s), repr(now), repr(cost)],
             )
-        except RedisError as exc:
+        except _UNAVAILABLE as exc:
             raise BucketsUnavailable(str(exc)) from exc
         return Taken(bool(int(allowed)), float(remaining), float(retry))
 
