@@ -1,6 +1,6 @@
 """Retrieve latency for a user holding a full long-term tier (10,000 conversation turns).
 
-    PYTHONPATH=service .venv/bin/python benchmarks/retrieve_at_scale.py [--memories 10000]
+    PYTHONPATH=service:tests .venv/bin/python benchmarks/retrieve_at_scale.py [--memories 10000]
 
 In-process engine on the embedded stores (no gRPC), so the numbers are the server's own
 cost. Turns are written with pseudo-random unit vectors (a brute-force scan costs the same
@@ -24,65 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from conversation import SPEAKERS, utterance
 from memoryd.app import build_app
 from memoryd.core.models import AddCommand, RetrieveQuery, Scope, Tier
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME
-
-WORDS = (
-    "kitten",
-    "lease",
-    "marathon",
-    "shift",
-    "workshop",
-    "sailing",
-    "regatta",
-    "walnut",
-    "table",
-    "hospital",
-    "nurse",
-    "pottery",
-    "class",
-    "neighbour",
-    "recital",
-    "piano",
-    "boat",
-    "harbour",
-    "winter",
-    "coat",
-    "shelter",
-    "festival",
-    "garden",
-    "hens",
-    "eggs",
-    "chess",
-    "tournament",
-    "flat",
-    "lisbon",
-    "ramen",
-    "bike",
-    "wheel",
-    "report",
-    "friday",
-    "lemon",
-    "bowl",
-    "watercolor",
-    "zoo",
-    "trail",
-    "camp",
-    "tent",
-    "storm",
-    "ferry",
-    "island",
-    "bakery",
-    "sourdough",
-    "violin",
-    "choir",
-    "museum",
-    "ticket",
-    "train",
-)
-SPEAKERS = ("Ana", "Ben")
 
 
 class PseudoVectors:
@@ -104,7 +50,7 @@ class PseudoVectors:
 
 
 def _turn(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 18))) + f" ({n})"
+    return utterance(rng, 6, 18) + f" ({n})"
 
 
 async def _fill(data_dir: Path, memories: int, user: str) -> None:
@@ -142,7 +88,7 @@ async def _measure(data_dir: Path, user: str, queries: int) -> None:
     retrieval: Any = settings.retrieval  # the engine's own settings object, changed per row
     rng = random.Random(11)
     texts = [
-        " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 8)))
+        utterance(rng, 3, 8)
         + rng.choice(["", "?", " in May 2023?", " last week", f" said {rng.choice(SPEAKERS)}"])
         for _ in range(queries * 8)
     ]

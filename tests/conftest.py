@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from memoryd.app import App, build_app
+from memoryd.core.retrieval.token_budget import TokenCounter
 from memoryd.settings import MetricsSettings, Settings
 from memoryd.stores import hot
 from memoryd.stores.embeddings.cache import CachedEmbedder
@@ -97,6 +98,12 @@ class RunningServer:
 
 
 ServerFactory = Callable[..., Awaitable[RunningServer]]
+
+
+@pytest.fixture(scope="session")
+def counter() -> TokenCounter:
+    """The offline cl100k token counter (immutable: one serves the whole run)."""
+    return TokenCounter()
 
 
 @pytest.fixture(scope="session")

@@ -20,11 +20,6 @@ TRIP_NOTES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def counter() -> TokenCounter:
-    return TokenCounter()
-
-
 async def seed(s: RunningServer, user: str) -> None:
     for note in TRIP_NOTES:
         await s.stub.Add(pb.AddRequest(scope=scope(user), tier=LT, content=note))

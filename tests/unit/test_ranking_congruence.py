@@ -9,48 +9,16 @@ from datetime import UTC, datetime
 
 import pytest
 
+from conversation import SPEAKERS, WORDS, utterance
 from memoryd.core.engine import MemoryEngine
 from memoryd.core.models import AddCommand, MemoryRecord, RetrieveQuery, Scope, Tier
 from unit.unit_kit import AppFactory
 from vector_stores import ADAPTERS
 
-WORDS = (
-    "kitten",
-    "lease",
-    "marathon",
-    "shift",
-    "workshop",
-    "sailing",
-    "regatta",
-    "walnut",
-    "table",
-    "hospital",
-    "nurse",
-    "pottery",
-    "class",
-    "neighbour",
-    "recital",
-    "piano",
-    "boat",
-    "harbour",
-    "winter",
-    "coat",
-    "shelter",
-    "festival",
-    "garden",
-    "hens",
-    "eggs",
-    "chess",
-    "tournament",
-    "flat",
-    "lisbon",
-    "ramen",
-    "bike",
-    "wheel",
-    "report",
-    "friday",
-)
-SPEAKERS = ("Ana", "Ben")
+# The first 34 words: the test's conversations were written with these. (With the whole
+# vocabulary, seed 1 gives a query where edge and qdrant order two turns differently,
+# likely exact ties from HashEmbedder's 64 word buckets.)
+VOCABULARY = WORDS[:34]
 QUERIES = (
     "Who looked after the kitten while Ana was sailing?",
     "What did Ben say about the walnut table in May 2023?",
@@ -67,7 +35,7 @@ def _conversation(seed: int) -> list[tuple[str, str, str, float]]:
     for session in range(4):
         day = datetime(2023, 3 + 2 * session, 10, 18, tzinfo=UTC).timestamp()
         for n in range(12):
-            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 10)))
+            text = utterance(rng, 4, 10, VOCABULARY)
             turns.append((f"s{session}", SPEAKERS[n % 2], f"{text} ({session}.{n})", day + n))
     return turns
 

@@ -21,6 +21,7 @@ from memoryd.core.retrieval.token_budget import (
     TokenCounter,
     fit_to_budget,
 )
+from unit.unit_kit import AWKWARD_WORDS
 
 SERVICE_ROOT = Path(__file__).resolve().parents[2] / "service"
 
@@ -40,21 +41,7 @@ CL100K_COUNTS = {
 }
 
 WORDS = [
-    "user",
-    "prefers",
-    "uv",
-    "over",
-    "pip",
-    "coffee",
-    "skiing",
-    "Zürich",
-    "日本語",
-    "meeting",
-    "notes",
-    "deadline",
-    "<tag>",
-    "&",
-    '"quoted"',
+    *AWKWARD_WORDS,
     "emoji",
     "🎿",
     "decision",
@@ -64,11 +51,6 @@ WORDS = [
     "budget",
     "token",
 ]
-
-
-@pytest.fixture(scope="module")
-def counter() -> TokenCounter:
-    return TokenCounter()
 
 
 def record(content: str, i: int = 0) -> MemoryRecord:

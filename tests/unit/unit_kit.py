@@ -17,6 +17,26 @@ DIM = 64
 
 AppFactory = Callable[..., Any]
 
+# Words that stress token counting and escaping: non-Latin scripts, markup, an entity,
+# quotes. Random texts in the token budget and render tests are drawn from these and more.
+AWKWARD_WORDS = (
+    "user",
+    "prefers",
+    "uv",
+    "over",
+    "pip",
+    "coffee",
+    "skiing",
+    "Zürich",
+    "日本語",
+    "meeting",
+    "notes",
+    "deadline",
+    "<tag>",
+    "&",
+    '"quoted"',
+)
+
 
 class HashEmbedder:
     """Bag of hashed words, L2-normalised: deterministic, instant, no weights."""

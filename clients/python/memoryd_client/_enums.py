@@ -10,23 +10,25 @@ from memoryd_client.v1 import memory_pb2 as pb
 
 
 class _ProtoEnum(StrEnum):
-    """A member's value is the proto name without its prefix, lower-cased."""
+    """A member's value is the proto name without its prefix, lower-cased. Each subclass
+    names its proto enum and that enum's prefix: `class Tier(_ProtoEnum, proto=pb.Tier,
+    prefix="TIER_")`."""
 
-    @classmethod
-    def _wrapper(cls) -> Any:
-        raise NotImplementedError
+    _proto: Any
+    _proto_prefix: str
 
-    @classmethod
-    def _prefix(cls) -> str:
-        raise NotImplementedError
+    def __init_subclass__(cls, *, proto: Any = None, prefix: str = "", **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._proto = proto
+        cls._proto_prefix = prefix
 
     @property
     def number(self) -> int:
         """The proto enum number."""
-        return int(self._wrapper().Value(self._prefix() + str(self.value).upper()))
+        return int(self._proto.Value(self._proto_prefix + str(self.value).upper()))
 
 
-class Tier(_ProtoEnum):
+class Tier(_ProtoEnum, proto=pb.Tier, prefix="TIER_"):
     UNSPECIFIED = "unspecified"
     WORKING = "working"
     SHORT_TERM = "short_term"
@@ -36,16 +38,8 @@ class Tier(_ProtoEnum):
     ENTITY = "entity"
     STRUCTURED = "structured"
 
-    @classmethod
-    def _wrapper(cls) -> Any:
-        return pb.Tier
 
-    @classmethod
-    def _prefix(cls) -> str:
-        return "TIER_"
-
-
-class Kind(_ProtoEnum):
+class Kind(_ProtoEnum, proto=pb.Kind, prefix="KIND_"):
     UNSPECIFIED = "unspecified"
     FACT = "fact"
     PREFERENCE = "preference"
@@ -57,76 +51,36 @@ class Kind(_ProtoEnum):
     RELATION = "relation"
     DOCUMENT = "document"
 
-    @classmethod
-    def _wrapper(cls) -> Any:
-        return pb.Kind
 
-    @classmethod
-    def _prefix(cls) -> str:
-        return "KIND_"
-
-
-class Role(_ProtoEnum):
+class Role(_ProtoEnum, proto=pb.Role, prefix="ROLE_"):
     UNSPECIFIED = "unspecified"
     USER = "user"
     ASSISTANT = "assistant"
     SYSTEM = "system"
     TOOL = "tool"
 
-    @classmethod
-    def _wrapper(cls) -> Any:
-        return pb.Role
 
-    @classmethod
-    def _prefix(cls) -> str:
-        return "ROLE_"
-
-
-class Source(_ProtoEnum):
+class Source(_ProtoEnum, proto=pb.Source, prefix="SOURCE_"):
     UNSPECIFIED = "unspecified"
     EXPLICIT = "explicit"
     AUTO = "auto"
 
-    @classmethod
-    def _wrapper(cls) -> Any:
-        return pb.Source
 
-    @classmethod
-    def _prefix(cls) -> str:
-        return "SOURCE_"
-
-
-class Operation(_ProtoEnum):
+class Operation(_ProtoEnum, proto=pb.Operation, prefix="OPERATION_"):
     UNSPECIFIED = "unspecified"
     ADD = "add"
     ADD_WITH_PRUNE = "add_with_prune"
     DEDUPLICATED = "deduplicated"
     UPDATED = "updated"
 
-    @classmethod
-    def _wrapper(cls) -> Any:
-        return pb.Operation
 
-    @classmethod
-    def _prefix(cls) -> str:
-        return "OPERATION_"
-
-
-class PruneStrategy(_ProtoEnum):
+class PruneStrategy(_ProtoEnum, proto=pb.PruneStrategy, prefix="PRUNE_STRATEGY_"):
     UNSPECIFIED = "unspecified"
     OLDEST_PERCENT = "oldest_percent"
     EXPIRED = "expired"
     ARCHIVE_OLDER_THAN = "archive_older_than"
     BY_FILTER = "by_filter"
     ALL = "all"
-
-    @classmethod
-    def _wrapper(cls) -> Any:
-        return pb.PruneStrategy
-
-    @classmethod
-    def _prefix(cls) -> str:
-        return "PRUNE_STRATEGY_"
 
 
 E = TypeVar("E", bound=_ProtoEnum)
@@ -144,7 +98,7 @@ def to_number(cls: type[E], value: EnumLike) -> int:
         return value.number
     if isinstance(value, int):
         return value
-    name = value.strip().lower().replace("-", "_").removeprefix(cls._prefix().lower())
+    name = value.strip().lower().replace("-", "_").removeprefix(cls._proto_prefix.lower())
     try:
         return cls(name).number
     except ValueError:
@@ -156,7 +110,7 @@ def of_number(cls: type[E], number: int) -> E:
     """The member for a proto number; one this client does not know is UNSPECIFIED
     (the raw number stays on the result's `proto`)."""
     try:
-        name = str(cls._wrapper().Name(number))
+        name = str(cls._proto.Name(number))
     except ValueError:
         return cls("unspecified")
-    return cls(name.removeprefix(cls._prefix()).lower())
+    return cls(name.removeprefix(cls._proto_prefix).lower())

@@ -4,6 +4,7 @@ shaping what the caller passes into the Import stream."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from memoryd_client import export_format
 from memoryd_client.errors import ExportCorrupt
@@ -52,6 +53,37 @@ class ExportChecker:
     def finish(self) -> None:
         if self.trailer is None:
             raise ExportCorrupt("the stream ended without its trailer")
+
+
+class ExportStreamBase:
+    """What `ExportStream` and `AsyncExportStream` share: the call, its checker and what
+    the checker has seen so far."""
+
+    def __init__(self, call: Any, request_id: str) -> None:
+        self._call = call
+        self._request_id = request_id
+        self._checker = ExportChecker()
+        self._started = False
+
+    @property
+    def header(self) -> pb.ExportHeader | None:
+        return self._checker.header
+
+    @property
+    def trailer(self) -> pb.ExportTrailer | None:
+        return self._checker.trailer
+
+    @property
+    def verified(self) -> bool:
+        return self._checker.verified
+
+    def _start(self) -> None:
+        if self._started:
+            raise RuntimeError("an export stream can be read once")
+        self._started = True
+
+    def cancel(self) -> None:
+        self._call.cancel()
 
 
 def import_requests(

@@ -3,25 +3,17 @@ results with attributes out, typed exceptions on failure."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator
-from enum import Enum
-from pathlib import Path
 from types import TracebackType
-from typing import Any, Unpack
+from typing import Any, ClassVar, TypeVar, Unpack
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
-from memoryd_client import _requests
-from memoryd_client._channel import (
-    DEFAULT_STREAM_TIMEOUT,
-    DEFAULT_TIMEOUT,
-    ChannelConfig,
-    RetryPolicy,
-    request_id_of,
-)
-from memoryd_client._streams import ExportChecker, ItemLike, import_requests
+from memoryd_client import _base, _requests
+from memoryd_client._base import DEFAULT, ClientBase, Timeout, Unary
+from memoryd_client._channel import request_id_of
+from memoryd_client._streams import ExportStreamBase, ItemLike, import_requests
 from memoryd_client.errors import from_rpc_error
 from memoryd_client.results import (
     AddBatchResult,
@@ -39,46 +31,19 @@ from memoryd_client.results import (
 from memoryd_client.v1 import memory_pb2 as pb
 from memoryd_client.v1 import memory_pb2_grpc as pb_grpc
 
-__all__ = ["DEFAULT", "ExportStream", "MemoryClient"]
+__all__ = ["DEFAULT", "ExportStream", "MemoryClient", "Timeout"]
+
+A = TypeVar("A")
+R = TypeVar("R")
 
 
-class _Default(Enum):
-    TOKEN = 0
-
-
-# "The client's default": per-call `timeout=DEFAULT` uses the one given to the client,
-# `timeout=None` means no deadline.
-DEFAULT = _Default.TOKEN
-Timeout = float | None | _Default
-
-
-class ExportStream(Iterator[MemoryItem]):
+class ExportStream(ExportStreamBase, Iterator[MemoryItem]):
     """The items of an Export, checked as they arrive: at the end the trailer's count and
     checksum must match (else ExportCorrupt). `header`, `trailer` and `verified` are set
     as the stream goes; `messages()` gives the raw stream instead (e.g. to write a file)."""
 
-    def __init__(self, call: Any, request_id: str) -> None:
-        self._call = call
-        self._request_id = request_id
-        self._checker = ExportChecker()
-        self._started = False
-
-    @property
-    def header(self) -> pb.ExportHeader | None:
-        return self._checker.header
-
-    @property
-    def trailer(self) -> pb.ExportTrailer | None:
-        return self._checker.trailer
-
-    @property
-    def verified(self) -> bool:
-        return self._checker.verified
-
     def messages(self) -> Iterator[pb.ExportResponse]:
-        if self._started:
-            raise RuntimeError("an export stream can be read once")
-        self._started = True
+        self._start()
         try:
             for message in self._call:
                 self._checker.see(message)
@@ -95,11 +60,8 @@ class ExportStream(Iterator[MemoryItem]):
             self._items = iter(self)
         return next(self._items)
 
-    def cancel(self) -> None:
-        self._call.cancel()
 
-
-class MemoryClient:
+class MemoryClient(ClientBase):
     """A memoryd client over one gRPC channel; use it as a context manager or `close()` it.
 
         with MemoryClient("127.0.0.1:50051", api_key="...") as client:
@@ -114,50 +76,9 @@ class MemoryClient:
     on UNAVAILABLE with backoff (`retry=RetryPolicy(...)`; `NO_RETRY` turns it off).
     """
 
-    def __init__(
-        self,
-        target: str = "127.0.0.1:50051",
-        api_key: str | None = None,
-        *,
-        tls: bool | None = None,
-        root_certificates: bytes | str | Path | None = None,
-        certificate_chain: bytes | str | Path | None = None,
-        private_key: bytes | str | Path | None = None,
-        tls_server_name: str | None = None,
-        timeout: float | None = DEFAULT_TIMEOUT,
-        stream_timeout: float | None = DEFAULT_STREAM_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        options: Iterable[tuple[str, Any]] = (),
-    ) -> None:
-        self._config = ChannelConfig(
-            target,
-            api_key,
-            tls,
-            root_certificates,
-            certificate_chain,
-            private_key,
-            tls_server_name,
-            retry,
-            tuple(options),
-        )
-        self._timeout = timeout
-        self._stream_timeout = stream_timeout
-        opts = self._config.channel_options()
-        self.channel: grpc.Channel = (
-            grpc.secure_channel(target, self._config.credentials(), opts)
-            if self._config.secure
-            else grpc.insecure_channel(target, opts)
-        )
-        # The generated stub, for callers who want protobuf requests and responses.
-        self.stub = pb_grpc.MemoryServiceStub(self.channel)
-        self._health = health_pb2_grpc.HealthStub(self.channel)
-
-    @classmethod
-    def from_env(cls, **kwargs: Any) -> MemoryClient:
-        """Target and key from MEMORYD_TARGET and MEMORYD_API_KEY (keywords win)."""
-        kwargs.setdefault("target", os.environ.get("MEMORYD_TARGET", "127.0.0.1:50051"))
-        kwargs.setdefault("api_key", os.environ.get("MEMORYD_API_KEY") or None)
-        return cls(**kwargs)
+    _grpc: ClassVar[Any] = grpc
+    channel: grpc.Channel
+    stub: pb_grpc.MemoryServiceStub
 
     def close(self) -> None:
         self.channel.close()
@@ -173,19 +94,23 @@ class MemoryClient:
     ) -> None:
         self.close()
 
-    def _deadline(self, timeout: Timeout, stream: bool = False) -> float | None:
-        if timeout is DEFAULT:
-            return self._stream_timeout if stream else self._timeout
-        return timeout
-
     def _unary(
-        self, method: Callable[..., Any], request: Any, timeout: Timeout, request_id: str | None
+        self,
+        method: Callable[..., Any],
+        request: Any,
+        timeout: Timeout,
+        request_id: str | None,
+        stream: bool = False,
     ) -> Any:
         metadata = self._config.metadata(request_id)
         try:
-            return method(request, timeout=self._deadline(timeout), metadata=metadata)
+            return method(request, timeout=self._deadline(timeout, stream), metadata=metadata)
         except grpc.RpcError as err:
             raise from_rpc_error(err, request_id_of(metadata)) from err
+
+    def _call(self, rpc: Unary[A, R], args: A, timeout: Timeout, request_id: str | None) -> R:
+        method = getattr(self.stub, rpc.method)
+        return rpc.result(self._unary(method, rpc.build(args), timeout, request_id))
 
     def add(
         self,
@@ -195,7 +120,7 @@ class MemoryClient:
         **args: Unpack[_requests.AddArgs],
     ) -> AddResult:
         """Store one memory (tier default long_term)."""
-        return AddResult.of(self._unary(self.stub.Add, _requests.add(args), timeout, request_id))
+        return self._call(_base.ADD, args, timeout, request_id)
 
     def add_batch(
         self,
@@ -207,8 +132,7 @@ class MemoryClient:
         """Store several memories in one call (at most the server's limits.max_batch_items,
         256 by default): each item takes add()'s arguments and gets its own result or
         error, in order; an invalid item fails alone."""
-        request = _requests.add_batch(items)
-        return AddBatchResult.of(self._unary(self.stub.AddBatch, request, timeout, request_id))
+        return self._call(_base.ADD_BATCH, items, timeout, request_id)
 
     def retrieve(
         self,
@@ -218,8 +142,7 @@ class MemoryClient:
         **args: Unpack[_requests.RetrieveArgs],
     ) -> RetrieveResult:
         """The memories most relevant to `query`, best first."""
-        request = _requests.retrieve(args)
-        return RetrieveResult.of(self._unary(self.stub.Retrieve, request, timeout, request_id))
+        return self._call(_base.RETRIEVE, args, timeout, request_id)
 
     def get(
         self,
@@ -229,7 +152,7 @@ class MemoryClient:
         **args: Unpack[_requests.LookupArgs],
     ) -> GetResult:
         """Memories by id (or key, for working and persona)."""
-        return GetResult.of(self._unary(self.stub.Get, _requests.get(args), timeout, request_id))
+        return self._call(_base.GET, args, timeout, request_id)
 
     def delete(
         self,
@@ -239,8 +162,7 @@ class MemoryClient:
         **args: Unpack[_requests.LookupArgs],
     ) -> DeleteResult:
         """Delete memories by id (or key, for working and persona)."""
-        request = _requests.delete(args)
-        return DeleteResult.of(self._unary(self.stub.Delete, request, timeout, request_id))
+        return self._call(_base.DELETE, args, timeout, request_id)
 
     def prune(
         self,
@@ -250,8 +172,7 @@ class MemoryClient:
         **args: Unpack[_requests.PruneArgs],
     ) -> PruneResult:
         """Remove or archive memories in bulk by a strategy."""
-        request = _requests.prune(args)
-        return PruneResult.of(self._unary(self.stub.Prune, request, timeout, request_id))
+        return self._call(_base.PRUNE, args, timeout, request_id)
 
     def export(
         self,
@@ -261,11 +182,7 @@ class MemoryClient:
         **args: Unpack[_requests.ExportArgs],
     ) -> ExportStream:
         """Every memory of a user, as an iterator of items checked against the trailer."""
-        metadata = self._config.metadata(request_id)
-        call = self.stub.Export(
-            _requests.export(args), timeout=self._deadline(timeout, True), metadata=metadata
-        )
-        return ExportStream(call, request_id_of(metadata))
+        return ExportStream(*self._export_call(_requests.export(args), timeout, request_id))
 
     def import_(
         self,
@@ -278,14 +195,8 @@ class MemoryClient:
     ) -> ImportResult:
         """Restore memories, idempotent by id: `items` (e.g. from `export`), framed and
         checksummed here, or the `messages` of an export file (`export_format.read_jsonl`)."""
-        metadata = self._config.metadata(request_id)
         requests = import_requests(user_id, items, messages)
-        try:
-            reply = self.stub.Import(
-                requests, timeout=self._deadline(timeout, True), metadata=metadata
-            )
-        except grpc.RpcError as err:
-            raise from_rpc_error(err, request_id_of(metadata)) from err
+        reply = self._unary(self.stub.Import, requests, timeout, request_id, stream=True)
         return ImportResult.of(reply)
 
     def usage(
@@ -296,8 +207,7 @@ class MemoryClient:
         **args: Unpack[_requests.ScopeArgs],
     ) -> UsageResult:
         """Counts, sizes, quota percentages, alerts and estimated cost."""
-        request = _requests.usage(args)
-        return UsageResult.of(self._unary(self.stub.Usage, request, timeout, request_id))
+        return self._call(_base.USAGE, args, timeout, request_id)
 
     def render_context(
         self,
@@ -307,10 +217,7 @@ class MemoryClient:
         **args: Unpack[_requests.RenderContextArgs],
     ) -> RenderedContext:
         """The `<memory>` block for a system prompt, within a token budget."""
-        request = _requests.render_context(args)
-        return RenderedContext.of(
-            self._unary(self.stub.RenderContext, request, timeout, request_id)
-        )
+        return self._call(_base.RENDER_CONTEXT, args, timeout, request_id)
 
     def end_session(
         self,
@@ -320,8 +227,7 @@ class MemoryClient:
         **args: Unpack[_requests.EndSessionArgs],
     ) -> EndSessionResult:
         """Close a session (session_id), optionally extracting facts from its messages."""
-        request = _requests.end_session(args)
-        return EndSessionResult.of(self._unary(self.stub.EndSession, request, timeout, request_id))
+        return self._call(_base.END_SESSION, args, timeout, request_id)
 
     def health(
         self, service: str = "", *, timeout: Timeout = DEFAULT, request_id: str | None = None
