@@ -28,6 +28,7 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[local,openai,otel,dev]"
 	$(PY) -m pip install --quiet -e "./clients/python[agents,mcp]"
+	$(VENV)/bin/memoryd prepare-embedder
 	touch $(STAMP)
 
 install: $(STAMP)

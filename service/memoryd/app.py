@@ -20,6 +20,7 @@ from memoryd.core.lifecycle.erasure import Erasure
 from memoryd.core.lifecycle.maintenance import Lease, Maintenance, MaintenanceLoop
 from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.lifecycle.write_behind import ConversationCopier
+from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import MemoryRecord, Scope, Tier
 from memoryd.core.observe import observed
@@ -131,6 +132,19 @@ def build_embedder(settings: Settings) -> Embedder:
         redis_url=settings.redis_url,
         redis_ttl_s=cfg.cache_ttl_seconds,
         redis_cluster=settings.redis_cluster,
+    )
+
+
+def build_batcher(settings: Settings, embedder: Embedder) -> EmbeddingBatcher:
+    cfg = settings.embedder
+    # A local model uses its threads' cores whole; a remote API hides its round trips best
+    # with a few calls in flight.
+    default_concurrency = 4 if cfg.provider == "openai" else 1
+    return EmbeddingBatcher(
+        embedder,
+        max_batch=cfg.batch_max_size,
+        max_wait_s=cfg.batch_max_wait_ms / 1000,
+        concurrency=cfg.batch_concurrency or default_concurrency,
     )
 
 
@@ -344,9 +358,10 @@ async def _build_app(
         observer,
         skip=("take", "pending", "oldest_put_at", "close"),
     )
+    batcher = build_batcher(settings, embedder)
     memory = VectorMemory(
         observed(vectors, vectors_name, observer, skip=("healthy", "close")),
-        embedder,
+        batcher,
         settings.retrieval,
         clock,
         observer,
@@ -423,6 +438,7 @@ async def _build_app(
         },
         closers=[
             telemetry.close,
+            batcher.close,  # closed in reverse: once nothing can embed any more
             close_vectors,
             hot.close,
             queue.close,

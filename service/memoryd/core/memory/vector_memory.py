@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 
 from memoryd.core.errors import FieldViolation, StoreUnavailable
+from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.payload import (
     content_hash,
     content_of,
@@ -31,7 +32,7 @@ from memoryd.core.retrieval import bm25, conversation
 from memoryd.core.retrieval.temporal import Anchor, TimeResolver, TimeWindow
 from memoryd.core.tiers.base import TierHits
 from memoryd.settings import RetrievalSettings
-from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
+from memoryd.stores.embeddings.port import EmbedderUnavailable
 from memoryd.stores.vectors.port import (
     TERMS_FIELD,
     Condition,
@@ -83,7 +84,7 @@ class VectorMemory:
     def __init__(
         self,
         store: VectorStore,
-        embedder: Embedder,
+        embedder: EmbeddingBatcher,
         retrieval: RetrievalSettings,
         clock: Callable[[], float],
         observer: Observer | None = None,
@@ -108,7 +109,7 @@ class VectorMemory:
         started = time.perf_counter()
         try:
             with self.observer.embedding(len(texts)):
-                vectors = await asyncio.to_thread(self._embedder.embed, list(texts))
+                vectors = await self._embedder.embed(texts)
         except EmbedderUnavailable as exc:
             raise StoreUnavailable("embedder", str(exc)) from exc
         return vectors, (time.perf_counter() - started) * 1000
