@@ -17,7 +17,7 @@ from memoryd.app import App, build_app
 from memoryd.settings import MetricsSettings, Settings
 from memoryd.stores import hot
 from memoryd.stores.embeddings.cache import CachedEmbedder
-from memoryd.stores.embeddings.minilm_onnx import MiniLMOnnxEmbedder
+from memoryd.stores.embeddings.minilm import MiniLMEmbedder
 from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.hot.port import HotStore
 from memoryd.transport.logs import HANDLER_NAME as LOG_HANDLER_NAME
@@ -101,8 +101,9 @@ ServerFactory = Callable[..., Awaitable[RunningServer]]
 
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
-    """The real offline MiniLM model (the default ONNX runtime), loaded once for the run."""
-    model = CachedEmbedder(MiniLMOnnxEmbedder())
+    """The real offline MiniLM model on torch (the pinned reference; the default ONNX
+    runtime has its own parity tests and runs the evals), loaded once for the whole run."""
+    model = CachedEmbedder(MiniLMEmbedder())
     model.warm()
     return model
 

@@ -95,6 +95,7 @@ class App:
     clock: Callable[[], float] = time.time
     # At close, how long the write-behind copy may take to flush what is queued.
     flush_timeout_s: float = 5.0
+    embedding: EmbeddingBatcher | None = None
 
     async def start(self) -> None:
         self.copier.start()
@@ -455,4 +456,5 @@ async def _build_app(
         rate_limits=RateLimits(buckets, quotas, clock),
         access_audit=JsonlAuditLog(settings.data_dir / "audit" / "access.jsonl"),
         clock=clock,
+        embedding=batcher,
     )

@@ -8,7 +8,6 @@ requests arrive, without relying on timing.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
@@ -16,44 +15,7 @@ import pytest
 from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.port import EmbedderUnavailable
-from unit.unit_kit import HashEmbedder
-
-# Liveness only (a broken batcher must fail, not hang the suite); never a latency check.
-LIVENESS_S = 30
-
-
-class GatedEmbedder(HashEmbedder):
-    """Records each call's texts; while closed, a call blocks after it has started."""
-
-    def __init__(self, reject: str | None = None) -> None:
-        self.calls: list[list[str]] = []
-        self.started = threading.Event()
-        self.gate = threading.Event()
-        self.gate.set()
-        self.reject = reject
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        self.calls.append(list(texts))
-        self.started.set()
-        self.gate.wait()
-        if self.reject is not None and self.reject in texts:
-            raise EmbedderUnavailable("input rejected", embedder=self.name, status_code=400)
-        return super().embed(texts)
-
-    async def hold_first_call(self, batcher: EmbeddingBatcher) -> asyncio.Task[list[list[float]]]:
-        """Close the gate and start a call that stays in the model until `release`."""
-        self.gate.clear()
-        self.started.clear()
-        first = asyncio.create_task(batcher.embed(["first"]))
-        await asyncio.to_thread(self.started.wait, LIVENESS_S)
-        return first
-
-    def release(self) -> None:
-        self.gate.set()
-
-    @property
-    def texts_embedded(self) -> list[str]:
-        return [t for call in self.calls for t in call]
+from unit.unit_kit import LIVENESS_S, GatedEmbedder, HashEmbedder
 
 
 def alone(text: str) -> list[float]:

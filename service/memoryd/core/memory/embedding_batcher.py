@@ -105,6 +105,11 @@ class EmbeddingBatcher:
     def stats(self) -> BatchStats:
         return BatchStats(self._requests, self._cached, self._batches, self._texts, self._largest)
 
+    def queued(self) -> int:
+        """Texts waiting for a batch (not those of running batches)."""
+        state = self._state
+        return 0 if state is None else sum(len(r.texts) for r in state.pending if r.waiting)
+
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in order. Raises what the embedder raises."""
         if not texts:
