@@ -503,9 +503,19 @@ async def fill(target: str, user: str, wanted: int, concurrency: int = 16) -> di
     }
 
 
-def embedder_throughput(texts: list[str], server_env: dict[str, str]) -> dict[str, Any]:
-    """The configured embedder (as the server's settings choose it, uncached), batched as
-    the server batches (``batch_max_size`` texts per call), and one text per call."""
+def embedder_throughput(count: int, server_env: dict[str, str]) -> dict[str, Any]:
+    """The configured embedder (as the server's settings choose it, uncached) on texts like
+    add_long_term's, batched as the server batches (``batch_max_size`` texts per call),
+    and one text per call. In a child process, so it loads its own model."""
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        result: dict[str, Any] = pool.apply(_embedder_throughput, (count, server_env))
+    result["loadavg_after"] = os.getloadavg()
+    return result
+
+
+def _embedder_throughput(count: int, server_env: dict[str, str]) -> dict[str, Any]:
+    texts = [f"{fact(90_000_000 + i)} [embedder]" for i in range(count)]
     saved = {k: os.environ.get(k) for k in server_env}
     os.environ.update(server_env)
     try:
@@ -636,7 +646,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=_seconds, default=2.0, help="unrecorded calls first (2s)")
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma list, in order")
     p.add_argument("--fill", type=int, default=10_000, help="memories of the filled user")
-    p.add_argument("--embedder-texts", type=int, default=1024, help="0: skip that measure")
+    p.add_argument(
+        "--embedder-texts",
+        type=int,
+        default=1024,
+        help="texts of the embedder's own throughput, measured after add_long_term (0: skip)",
+    )
     p.add_argument("--out", type=Path, help="report directory (default benchmarks/results/…)")
     return p
 
@@ -694,11 +709,11 @@ def main(argv: list[str] | None = None) -> int:
                     summary["runs"].append({"name": result["name"], "file": f"{name}-c{c}.json"})
                     (out / f"{name}-c{c}.json").write_text(json.dumps(result, indent=2))
                     print_table([result])
+                if name == "add_long_term" and args.embedder_texts:
+                    # Right after the Adds, with the server idle: the same load around both.
+                    summary["embedder"] = embedder_throughput(args.embedder_texts, server_env)
         finally:
             clients.close()
-    if args.embedder_texts:
-        texts = [f"{fact(90_000_000 + i)} [{args.run}]" for i in range(args.embedder_texts)]
-        summary["embedder"] = embedder_throughput(texts, server_env)
     summary["machine"]["uptime_after"] = subprocess.run(
         ["uptime"], capture_output=True, text=True
     ).stdout
