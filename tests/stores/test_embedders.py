@@ -7,6 +7,7 @@ redis-server on a free port (tests/redis_server.py).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import redis
 
+from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.stores.embeddings import (
     CachedEmbedder,
     Embedder,
@@ -206,6 +208,20 @@ class TestOpenAIEmbedder:
             ["text 4"],
         ]
         assert vectors == [pytest.approx(normalised(stub_vector(t, 4))) for t in texts]
+
+    async def test_concurrent_requests_through_the_batcher_share_one_http_request(
+        self, openai_stub: OpenAIStub
+    ) -> None:
+        batcher = EmbeddingBatcher(
+            make_openai(openai_stub.url, dimensions=4), max_batch=64, max_wait_s=0.05
+        )
+        texts = [f"request {i}" for i in range(10)]
+        try:
+            results = await asyncio.gather(*(batcher.embed([t]) for t in texts))
+        finally:
+            await batcher.close()
+        assert [r.body["input"] for r in openai_stub.behaviour.requests] == [texts]
+        assert results == [[pytest.approx(normalised(stub_vector(t, 4)))] for t in texts]
 
     def test_unknown_model_dimension_is_discovered_by_warm(self, openai_stub: OpenAIStub) -> None:
         embedder = make_openai(openai_stub.url, model="local-model")
