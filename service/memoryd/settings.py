@@ -90,7 +90,11 @@ class EmbedderSettings(BaseModel):
         64, ge=1, le=2048, description="Most texts of concurrent requests embedded in one call"
     )
     batch_max_wait_ms: float = Field(
-        2.0, ge=0, le=1000, description="Longest a request waits for others to join its batch"
+        0.0,
+        ge=0,
+        le=1000,
+        description="Under load, longest a batch waits for more requests (a lone caller "
+        "on an idle server never waits); 0: batches form only while the model is busy",
     )
     batch_concurrency: int | None = Field(
         None,

@@ -89,13 +89,31 @@ async def test_a_full_batch_does_not_wait_for_max_wait(model: GatedEmbedder) -> 
     assert model.calls == [["a", "b"]]
 
 
-async def test_a_lone_request_is_sent_once_max_wait_has_passed(model: GatedEmbedder) -> None:
-    batcher = EmbeddingBatcher(model, max_batch=64, max_wait_s=0.01)
+async def test_a_lone_request_on_an_idle_batcher_does_not_wait(model: GatedEmbedder) -> None:
+    batcher = EmbeddingBatcher(model, max_batch=64, max_wait_s=3600)
     try:
         assert await asyncio.wait_for(batcher.embed(["alone"]), LIVENESS_S) == [alone("alone")]
+        assert await asyncio.wait_for(batcher.embed(["again"]), LIVENESS_S) == [alone("again")]
     finally:
         await batcher.close()
-    assert model.calls == [["alone"]]
+    assert model.calls == [["alone"], ["again"]]
+
+
+async def test_under_load_a_batch_waits_for_company_until_it_is_full(
+    model: GatedEmbedder,
+) -> None:
+    batcher = EmbeddingBatcher(model, max_batch=3, max_wait_s=3600)
+    try:
+        # Two requests in one batch: the batcher is under load from then on.
+        await asyncio.gather(batcher.embed(["a"]), batcher.embed(["b"]))
+        waiting = asyncio.create_task(batcher.embed(["c"]))
+        await settle()
+        assert model.calls == [["a", "b"]]  # "c" waits for company
+        late = [asyncio.create_task(batcher.embed([t])) for t in ("d", "e")]
+        await asyncio.wait_for(asyncio.gather(waiting, *late), LIVENESS_S)
+    finally:
+        await batcher.close()
+    assert model.calls == [["a", "b"], ["c", "d", "e"]]
 
 
 async def test_the_same_text_from_two_requests_is_embedded_once(

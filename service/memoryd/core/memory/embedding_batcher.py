@@ -2,9 +2,11 @@
 
 Each request's texts wait in a queue; a dispatcher takes up to ``max_batch`` texts of the
 oldest requests and embeds them in one ``Embedder.embed`` call on its own worker thread, so
-the event loop never runs the model. It waits at most ``max_wait_s`` after the oldest
-request arrived for others to join, and none while the batch is full; requests that came
-while the previous batch ran are therefore sent at once. A request that is cancelled (its
+the event loop never runs the model. Requests that come while a batch runs form the next
+one. Under load (the previous batch held several requests) the dispatcher also waits up
+to ``max_wait_s`` after the oldest request arrived for others to join, unless the batch is
+full; a lone caller on an idle server never waits. The server's default is no wait at all
+(benchmarks/RESULTS.md: at 50 callers a 2 ms wait lost ~10 % of long-term Add RPS). A request that is cancelled (its
 client went away, or its gRPC deadline passed: grpc.aio cancels the handler) leaves the
 queue and its texts are not embedded; one whose batch is already running just stops
 waiting for it.
@@ -63,6 +65,7 @@ class _LoopState:
     slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
     running: set[asyncio.Task[None]] = field(default_factory=set)
     dispatcher: asyncio.Task[None] | None = None
+    last_batch_requests: int = 0
 
 
 def _rejects_input(exc: Exception) -> bool:
@@ -80,7 +83,7 @@ class EmbeddingBatcher:
         embedder: Embedder,
         *,
         max_batch: int = 64,
-        max_wait_s: float = 0.002,
+        max_wait_s: float = 0.0,
         concurrency: int = 1,
     ) -> None:
         if max_batch < 1:
@@ -178,6 +181,7 @@ class EmbeddingBatcher:
             if not batch:
                 state.slots.release()
                 continue
+            state.last_batch_requests = len(batch)
             task = state.loop.create_task(self._run_batch(state, batch))
             state.running.add(task)
             task.add_done_callback(state.running.discard)
@@ -185,7 +189,10 @@ class EmbeddingBatcher:
                 state.wakeup.set()  # more is queued than one batch takes
 
     async def _fill(self, state: _LoopState) -> None:
-        """Wait for more requests until the batch is full or the oldest waited enough."""
+        """Under load, wait for more requests until the batch is full or the oldest
+        waited enough."""
+        if state.last_batch_requests <= 1:
+            return
         while True:
             self._drop_gone(state)
             if not state.pending or self._queued_texts(state) >= self._max_batch:
