@@ -6,10 +6,11 @@ the event loop never runs the model. Requests that come while a batch runs form 
 one. Under load (the previous batch held several requests) the dispatcher also waits up
 to ``max_wait_s`` after the oldest request arrived for others to join, unless the batch is
 full; a lone caller on an idle server never waits. The server's default is no wait at all
-(benchmarks/RESULTS.md: at 50 callers a 2 ms wait lost ~10 % of long-term Add RPS). A request that is cancelled (its
-client went away, or its gRPC deadline passed: grpc.aio cancels the handler) leaves the
-queue and its texts are not embedded; one whose batch is already running just stops
-waiting for it.
+(benchmarks/RESULTS.md: at 50 callers a 2 ms wait lost ~10 % of long-term Add RPS).
+
+A request that is cancelled (its client went away, or its gRPC deadline passed: grpc.aio
+cancels the handler) leaves the queue and its texts are not embedded; one whose batch is
+already running just stops waiting for it.
 
 Texts found in the embedder's in-memory cache (``CacheLookup``) are answered on the event
 loop without queueing, so cached queries pay neither the wait nor a thread hop.
