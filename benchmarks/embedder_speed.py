@@ -16,7 +16,6 @@ import statistics
 import time
 
 from load import fact, question
-
 from memoryd.stores.embeddings import MiniLMEmbedder, MiniLMOnnxEmbedder
 from memoryd.stores.embeddings.port import Embedder
 

@@ -49,7 +49,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ghz_report import go_code_name, report
-
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
 

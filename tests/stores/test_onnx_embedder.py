@@ -32,7 +32,8 @@ def golden_sentences() -> list[str]:
 
 
 def cosines(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> np.ndarray:
-    return np.sum(np.asarray(a) * np.asarray(b), axis=1)  # both sides are unit vectors
+    products: np.ndarray = np.sum(np.asarray(a) * np.asarray(b), axis=1)
+    return products  # both sides are unit vectors
 
 
 @pytest.fixture(scope="module")

@@ -85,7 +85,7 @@ async def test_a_full_batch_does_not_wait_for_max_wait(model: GatedEmbedder) -> 
         )
     finally:
         await batcher.close()
-    assert results == [[alone("a")], [alone("b")]]
+    assert list(results) == [[alone("a")], [alone("b")]]
     assert model.calls == [["a", "b"]]
 
 
