@@ -1,8 +1,8 @@
 """Through gRPC: concurrent long-term Adds share model calls, and a call whose deadline
 passes while it waits for the model leaves without its text ever being embedded.
 
-Each Add is another user's: Adds of one user take turns (the quota check and the write
-hold a per-user lock), so only different users' Adds can wait for the model together.
+Adds embed their text before they take their user's lock (which guards the quota check
+and the write only), so Adds of one user share model calls as well as different users'.
 
 The model is `GatedEmbedder` (tests/unit/unit_kit.py): it holds its first call open, so
 the other requests arrive while the model is busy, whatever the machine's speed.
@@ -27,9 +27,11 @@ def embedder() -> GatedEmbedder:
     return GatedEmbedder()
 
 
-def add(server: RunningServer, user: str, content: str, **kwargs: float) -> pb.AddResponse:
+async def add(
+    server: RunningServer, user: str, content: str, timeout: float | None = None
+) -> pb.AddResponse:
     request = pb.AddRequest(scope=scope(user), tier=pb.TIER_LONG_TERM, content=content)
-    return server.stub.Add(request, **kwargs)  # type: ignore[no-any-return]
+    return await server.stub.Add(request, timeout=timeout)
 
 
 async def test_concurrent_adds_are_embedded_in_one_model_call(
@@ -74,3 +76,27 @@ async def test_an_add_past_its_deadline_is_answered_and_never_embedded(
         )
     )
     assert "arrives too late" not in [i.content for i in found.items]
+
+
+async def test_concurrent_adds_of_one_user_share_a_model_call(
+    start_server: ServerFactory, embedder: GatedEmbedder, user_id: str
+) -> None:
+    server = await start_server()
+    first = await embedder.hold(lambda: add(server, user_id, "the first memory"))
+    others = [asyncio.ensure_future(add(server, user_id, f"fact number {i}")) for i in range(8)]
+    batcher = server.app.embedding
+    assert batcher is not None
+    async with asyncio.timeout(LIVENESS_S):
+        while batcher.queued() < 8:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    embedder.release()
+    replies = await asyncio.wait_for(asyncio.gather(first, *others), LIVENESS_S)
+
+    assert all(r.operation == pb.OPERATION_ADD for r in replies)
+    assert len({r.memory_id for r in replies}) == 9
+    *_, busy, batch = embedder.calls
+    assert busy == ["the first memory"]
+    assert sorted(batch) == [f"fact number {i}" for i in range(8)]
+    usage = await server.stub.Usage(pb.UsageRequest(scope=scope(user_id)))
+    [long_term] = [t for t in usage.tiers if t.tier == pb.TIER_LONG_TERM]
+    assert long_term.count == 9

@@ -73,11 +73,13 @@ class RestorePlan:
 
 @dataclass(frozen=True)
 class NewPoint:
-    """A memory to insert: its record, its payload, and the text to embed."""
+    """A memory to insert: its record, its payload, and the text to embed (or its
+    `vector`, when the caller embedded it beforehand)."""
 
     record: MemoryRecord
     payload: dict[str, Any]
     embed_text: str
+    vector: list[float] | None = None
 
 
 class VectorMemory:
@@ -143,10 +145,13 @@ class VectorMemory:
         return Filter(must=must, must_not=must_not)
 
     async def insert(self, points: Sequence[NewPoint]) -> float:
-        """Embed and upsert; returns the embedding time in ms."""
+        """Embed (what is not embedded yet) and upsert; returns the embedding time in ms."""
         if not points:
             return 0.0
-        vectors, embedding_ms = await self.embed([p.embed_text for p in points])
+        missing = [p.embed_text for p in points if p.vector is None]
+        fresh, embedding_ms = await self.embed(missing) if missing else ([], 0.0)
+        computed = iter(fresh)
+        vectors = [p.vector if p.vector is not None else next(computed) for p in points]
         upserts = [
             VectorPoint(
                 id=p.record.id,
