@@ -16,7 +16,8 @@ rate, and the configured embedder's own batched throughput on the long-term Adds
 Scenarios: health; add_<tier> for working, short_term, long_term, persona, episodic,
 structured; add_batch (skipped when the contract has no AddBatch); retrieve_cached and
 retrieve_new (the same few queries, or a new query every call) over one user with
-``--fill`` long-term memories; retrieve_empty (a user with nothing); render_context (new
+``--fill`` long-term memories; add_long_term_one_user (every caller adds for one
+user); retrieve_empty (a user with nothing); render_context (new
 queries over the filled user). Targets are checked here and in RESULTS.md, never in tests.
 """
 
@@ -175,6 +176,17 @@ def _add_long_term(ctx: Ctx) -> Message:
     )
 
 
+def _add_long_term_one_user(ctx: Ctx) -> Message:
+    # Every caller of the run writes for the same user (a new one every 100 calls of each
+    # caller, under the 10,000-memory quota at c=50): their Adds meet at one user's lock.
+    return pb.AddRequest(
+        scope=_scope(ctx, user=f"bench-one-{ctx.run}-{ctx.seq // 100}"),
+        tier=pb.TIER_LONG_TERM,
+        kind=pb.KIND_FACT,
+        content=f"{fact(_long_term_index(ctx))} [{ctx.run}] one user",
+    )
+
+
 def _add_persona(ctx: Ctx) -> Message:
     return pb.AddRequest(
         scope=_scope(ctx),
@@ -279,6 +291,7 @@ SCENARIOS: dict[str, Scenario] = {
     "health": Scenario("health", "Check", _health),
     "add_working": Scenario("memory", "Add", _add_working),
     "add_long_term": Scenario("memory", "Add", _add_long_term),
+    "add_long_term_one_user": Scenario("memory", "Add", _add_long_term_one_user),
     "add_persona": Scenario("memory", "Add", _add_persona),
     "add_episodic": Scenario("memory", "Add", _add_episodic),
     "add_structured": Scenario("memory", "Add", _add_structured),
