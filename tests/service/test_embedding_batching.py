@@ -28,10 +28,10 @@ def embedder() -> GatedEmbedder:
 
 
 async def add(
-    server: RunningServer, user: str, content: str, timeout: float | None = None
+    server: RunningServer, user: str, content: str, deadline_s: float | None = None
 ) -> pb.AddResponse:
     request = pb.AddRequest(scope=scope(user), tier=pb.TIER_LONG_TERM, content=content)
-    return await server.stub.Add(request, timeout=timeout)
+    return await server.stub.Add(request, timeout=deadline_s)
 
 
 async def test_concurrent_adds_are_embedded_in_one_model_call(
@@ -63,7 +63,7 @@ async def test_an_add_past_its_deadline_is_answered_and_never_embedded(
     server = await start_server()
     first = await embedder.hold(lambda: add(server, user_id, "keeps the model busy"))
     with pytest.raises(grpc.aio.AioRpcError) as late:
-        await add(server, f"{user_id}-late", "arrives too late", timeout=0.2)
+        await add(server, f"{user_id}-late", "arrives too late", deadline_s=0.2)
     embedder.release()
     await asyncio.wait_for(first, LIVENESS_S)
     await add(server, user_id, "after the gate opened")
