@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test test-unit install redis gen gen-clients clients-deps test-clients docs lint format eval fuzz clean
+.PHONY: run test test-unit install redis gen gen-clients clients-deps test-clients docs lint format eval fuzz bench clean
 
 run: install
 	$(VENV)/bin/memoryd serve
@@ -28,6 +28,7 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[local,openai,otel,dev]"
 	$(PY) -m pip install --quiet -e "./clients/python[agents,mcp]"
+	$(VENV)/bin/memoryd prepare-embedder
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -54,6 +55,12 @@ fuzz: install redis
 	MEMORYD_CRASH_ROUNDS=$(CRASH_ROUNDS) $(PY) -m pytest -p no:cacheprovider \
 	  tests/fuzz tests/service/test_hostile_input.py tests/service/test_faults.py \
 	  tests/service/test_crash_recovery.py || { echo "fuzz seed was $$seed"; exit 1; }
+
+# The load harness against a server it starts (benchmarks/load.py; BENCH_ARGS to narrow it,
+# e.g. BENCH_ARGS="-z 5s --scenarios add_long_term,retrieve_new"). Reports go to
+# benchmarks/results/<time>/; results so far are in benchmarks/RESULTS.md.
+bench: install
+	PYTHONPATH=service $(PY) benchmarks/load.py --start-server $(BENCH_ARGS)
 
 gen: install
 	PYTHON=$(PY) bash scripts/gen_stubs.sh

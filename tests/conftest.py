@@ -108,7 +108,8 @@ def counter() -> TokenCounter:
 
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
-    """The real offline MiniLM model, loaded once for the whole run."""
+    """The real offline MiniLM model on torch (the pinned reference; the default ONNX
+    runtime has its own parity tests and runs the evals), loaded once for the whole run."""
     model = CachedEmbedder(MiniLMEmbedder())
     model.warm()
     return model

@@ -16,7 +16,7 @@ def test_defaults_are_the_embedded_ones(monkeypatch: pytest.MonkeyPatch) -> None
     settings = load_settings()
     assert settings.listen == "127.0.0.1:50051"
     assert settings.redis_url is None
-    assert settings.vectors.backend == "edge" and settings.embedder.provider == "minilm"
+    assert settings.vectors.backend == "edge" and settings.embedder.provider == "minilm-onnx"
     assert (settings.working.max_entries, settings.working.max_bytes) == (100, 10_240)
     assert settings.short_term.ttl_seconds == 3600
     assert settings.retrieval.min_score == 0.3

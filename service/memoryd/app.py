@@ -20,6 +20,7 @@ from memoryd.core.lifecycle.erasure import Erasure
 from memoryd.core.lifecycle.maintenance import Lease, Maintenance, MaintenanceLoop
 from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.lifecycle.write_behind import ConversationCopier
+from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import MemoryRecord, Scope, Tier
 from memoryd.core.observe import observed
@@ -93,6 +94,7 @@ class App:
     clock: Callable[[], float] = time.time
     # At close, how long the write-behind copy may take to flush what is queued.
     flush_timeout_s: float = 5.0
+    embedding: EmbeddingBatcher | None = None
 
     async def start(self) -> None:
         self.copier.start()
@@ -130,6 +132,19 @@ def build_embedder(settings: Settings) -> Embedder:
         redis_url=settings.redis_url,
         redis_ttl_s=cfg.cache_ttl_seconds,
         redis_cluster=settings.redis_cluster,
+    )
+
+
+def build_batcher(settings: Settings, embedder: Embedder) -> EmbeddingBatcher:
+    cfg = settings.embedder
+    # A local model uses its threads' cores whole; a remote API hides its round trips best
+    # with a few calls in flight.
+    default_concurrency = 4 if cfg.provider == "openai" else 1
+    return EmbeddingBatcher(
+        embedder,
+        max_batch=cfg.batch_max_size,
+        max_wait_s=cfg.batch_max_wait_ms / 1000,
+        concurrency=cfg.batch_concurrency or default_concurrency,
     )
 
 
@@ -342,9 +357,10 @@ async def _build_app(
         observer,
         skip=("take", "pending", "oldest_put_at", "close"),
     )
+    batcher = build_batcher(settings, embedder)
     memory = VectorMemory(
         observed(vectors, vectors_name, observer, skip=("healthy", "close")),
-        embedder,
+        batcher,
         settings.retrieval,
         clock,
         observer,
@@ -421,6 +437,7 @@ async def _build_app(
         },
         closers=[
             telemetry.close,
+            batcher.close,  # closed in reverse: once nothing can embed any more
             close_vectors,
             hot.close,
             queue.close,
@@ -437,4 +454,5 @@ async def _build_app(
         rate_limits=RateLimits(buckets, quotas, clock),
         access_audit=JsonlAuditLog(settings.data_dir / "audit" / "access.jsonl"),
         clock=clock,
+        embedding=batcher,
     )

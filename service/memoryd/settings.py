@@ -70,8 +70,36 @@ class VectorSettings(BaseModel):
 
 
 class EmbedderSettings(BaseModel):
-    provider: Literal["minilm", "openai"] = Field(
-        "minilm", description="minilm: local, offline; openai: an OpenAI-compatible API"
+    provider: Literal["minilm-onnx", "minilm", "openai"] = Field(
+        "minilm-onnx",
+        description="minilm-onnx: local MiniLM on ONNX Runtime; minilm: the same model on "
+        "torch (the same vector space); openai: an OpenAI-compatible API",
+    )
+    threads: int = Field(
+        1, ge=1, description="Intra-op threads of the local model (ONNX Runtime or torch)"
+    )
+    onnx_quantized: bool = Field(
+        True, description="minilm-onnx: int8 matrix products (false: float, slower)"
+    )
+    model_cache_dir: Path | None = Field(
+        None,
+        description="minilm-onnx: where the derived int8 graph is kept "
+        "(default $XDG_CACHE_HOME/memoryd/models)",
+    )
+    batch_max_size: int = Field(
+        64, ge=1, le=2048, description="Most texts of concurrent requests embedded in one call"
+    )
+    batch_max_wait_ms: float = Field(
+        0.0,
+        ge=0,
+        le=1000,
+        description="Under load, longest a batch waits for more requests (a lone caller "
+        "on an idle server never waits); 0: batches form only while the model is busy",
+    )
+    batch_concurrency: int | None = Field(
+        None,
+        ge=1,
+        description="Embedding calls in flight at once (default: 1 local, 4 openai)",
     )
     openai_api_key: str | None = Field(None, description="API key of the embeddings API")
     openai_base_url: str | None = Field(None, description="Any OpenAI-compatible endpoint")

@@ -7,6 +7,7 @@ redis-server on a free port (tests/redis_server.py).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import redis
 
+from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.stores.embeddings import (
     CachedEmbedder,
     Embedder,
@@ -207,6 +209,20 @@ class TestOpenAIEmbedder:
         ]
         assert vectors == [pytest.approx(normalised(stub_vector(t, 4))) for t in texts]
 
+    async def test_concurrent_requests_through_the_batcher_share_one_http_request(
+        self, openai_stub: OpenAIStub
+    ) -> None:
+        batcher = EmbeddingBatcher(
+            make_openai(openai_stub.url, dimensions=4), max_batch=64, max_wait_s=0.05
+        )
+        texts = [f"request {i}" for i in range(10)]
+        try:
+            results = await asyncio.gather(*(batcher.embed([t]) for t in texts))
+        finally:
+            await batcher.close()
+        assert [r.body["input"] for r in openai_stub.behaviour.requests] == [texts]
+        assert results == [[pytest.approx(normalised(stub_vector(t, 4)))] for t in texts]
+
     def test_unknown_model_dimension_is_discovered_by_warm(self, openai_stub: OpenAIStub) -> None:
         embedder = make_openai(openai_stub.url, model="local-model")
         with pytest.raises(RuntimeError, match="unknown until warm"):
@@ -383,6 +399,32 @@ class TestCachedEmbedderInProcess:
         assert cached.stats().entries == 50
 
 
+class VariantEmbedder(CountingEmbedder):
+    """Another runtime of the same model (``RuntimeVariant``)."""
+
+    variant = "int8"
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class TestCachedEmbedderLookup:
+    def test_lookup_answers_hits_from_memory_and_none_for_the_rest(self) -> None:
+        inner = CountingEmbedder()
+        cached = CachedEmbedder(inner)
+        cached.embed(["a"])
+        assert cached.lookup(["b", "a"]) == [None, pytest.approx(inner.vector("a"), abs=1e-6)]
+        assert inner.calls == [["a"]]  # a lookup never embeds
+        assert cached.stats().hits == 1
+
+    def test_lookup_does_not_read_redis(self, private_redis: PrivateRedis) -> None:
+        CachedEmbedder(CountingEmbedder(), redis_url=private_redis.url).embed(["a"])
+        fresh = CachedEmbedder(CountingEmbedder(), redis_url=private_redis.url)
+        assert fresh.lookup(["a"]) == [None]
+        assert fresh.embed(["a"]) and fresh.stats().redis_hits == 1
+
+
 class TestCachedEmbedderWithRedis:
     def test_vectors_are_stored_as_float32_with_a_week_ttl(
         self, private_redis: PrivateRedis
@@ -426,6 +468,18 @@ class TestCachedEmbedderWithRedis:
         other = CountingEmbedder("counting:v2")
         CachedEmbedder(other, redis_url=private_redis.url).embed(["a"])
         assert other.calls == [["a"]]
+
+    def test_runtime_variants_of_one_model_do_not_share_vectors(
+        self, private_redis: PrivateRedis
+    ) -> None:
+        plain = CountingEmbedder("counting:v1")
+        CachedEmbedder(plain, redis_url=private_redis.url).embed(["a"])
+        variant = VariantEmbedder("counting:v1")
+        CachedEmbedder(variant, redis_url=private_redis.url).embed(["a"])
+        again = VariantEmbedder("counting:v1")
+        CachedEmbedder(again, redis_url=private_redis.url).embed(["a"])
+        assert (variant.calls, again.calls) == ([["a"]], [])
+        assert private_redis.client.exists("memoryd:emb:counting:v1@int8:" + sha("a"))
 
     def test_a_custom_ttl_is_applied(self, private_redis: PrivateRedis) -> None:
         CachedEmbedder(CountingEmbedder(), redis_url=private_redis.url, redis_ttl_s=100).embed(

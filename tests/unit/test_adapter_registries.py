@@ -31,7 +31,7 @@ def test_every_embedder_provider_the_settings_accept_has_an_adapter() -> None:
 @pytest.mark.parametrize(
     ("overrides", "hot_name", "queue_name", "vector_name", "embedder_name"),
     [
-        ({}, "in_process", "file", "edge", "minilm"),
+        ({}, "in_process", "file", "edge", "minilm-onnx"),
         (
             {
                 "redis_url": "redis://127.0.0.1:1/0",
@@ -108,7 +108,7 @@ def test_importing_the_ports_and_registries_loads_no_adapter_library() -> None:
         "import memoryd.stores.ratelimit.port\n"
         "from memoryd.stores import embeddings, hot, queue, ratelimit, vectors\n"
         "heavy = {'qdrant_edge', 'qdrant_client', 'torch', 'sentence_transformers', 'openai',"
-        " 'redis'}\n"
+        " 'redis', 'onnxruntime', 'tokenizers'}\n"
         "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))\n"
     )
     out = subprocess.run(

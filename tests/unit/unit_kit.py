@@ -1,19 +1,31 @@
 """The fast layer's kit: a deterministic embedder, the only fake embedder of the suite.
 
 `HashEmbedder` maps each word to a fixed direction, so texts sharing words are similar and
-results are deterministic. The integration suites keep the real MiniLM model.
+results are deterministic. `GatedEmbedder` is the same with a gate that holds a model call
+open, for tests of what happens while the model is busy. The integration suites keep the
+real MiniLM model.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
-from collections.abc import Callable, Sequence
-from typing import Any
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from memoryd.stores.embeddings.port import EmbedderUnavailable
+
+if TYPE_CHECKING:
+    from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
+
 DIM = 64
+# Liveness only (a broken batcher must fail, not hang the suite); never a latency check.
+LIVENESS_S = 30
+T = TypeVar("T")
 
 AppFactory = Callable[..., Any]
 
@@ -57,3 +69,42 @@ class HashEmbedder:
 
     def warm(self) -> None:
         return None
+
+
+class GatedEmbedder(HashEmbedder):
+    """Records each call's texts; while closed, a call blocks after it has started."""
+
+    def __init__(self, reject: str | None = None) -> None:
+        self.calls: list[list[str]] = []
+        self.started = threading.Event()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.reject = reject
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        self.started.set()
+        self.gate.wait()
+        if self.reject is not None and self.reject in texts:
+            raise EmbedderUnavailable("input rejected", embedder=self.name, status_code=400)
+        return super().embed(texts)
+
+    async def hold_first_call(self, batcher: EmbeddingBatcher) -> asyncio.Task[list[list[float]]]:
+        """Close the gate and start a call that stays in the model until `release`."""
+        return await self.hold(lambda: batcher.embed(["first"]))
+
+    async def hold(self, start: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
+        """Close the gate, run `start` until its model call has begun, and return its task:
+        the model stays busy until `release`."""
+        self.gate.clear()
+        self.started.clear()
+        task = asyncio.ensure_future(start())
+        await asyncio.to_thread(self.started.wait, LIVENESS_S)
+        return task
+
+    def release(self) -> None:
+        self.gate.set()
+
+    @property
+    def texts_embedded(self) -> list[str]:
+        return [t for call in self.calls for t in call]

@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
         "reindex", help="re-embed every memory with the configured embedder (server stopped)"
     )
     progress.add_option(reindexing)
+    commands.add_parser(
+        "prepare-embedder",
+        help="load the configured embedder once (derives the int8 ONNX graph; run at install)",
+    )
     backing_up = commands.add_parser(
         "backup",
         help="write today's per-user backup of long-term and persona memories and delete "
@@ -196,6 +200,10 @@ def _main(argv: list[str] | None) -> int:
             asyncio.run(_maintain(settings))
         elif args.command == "reindex":
             return _reindex(settings, args)
+        elif args.command == "prepare-embedder":
+            embedder = build_embedder(settings)
+            embedder.warm()
+            print(f"embedder ready: {embedder.name} ({settings.embedder.provider})")
         elif args.command == "backup":
             return asyncio.run(_backup(settings, args))
         elif args.command == "restore":

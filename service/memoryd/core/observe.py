@@ -154,11 +154,24 @@ class _Observed:
         self._store = store
         self._observer = observer
         self._skip = skip
+        # Wrappers made once per method (by its function: a method replaced on the target
+        # gets a new one); building one costs more than a call of an in-process store.
+        self._wrappers: dict[str, tuple[object, Any]] = {}
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._target, name)
+        function = getattr(value, "__func__", None)
+        cached = self._wrappers.get(name)
+        if cached is not None and function is not None and cached[0] is function:
+            return cached[1]
         if name.startswith("_") or name in self._skip or not callable(value):
             return value
+        wrapper = self._wrap(name, value)
+        if function is not None:
+            self._wrappers[name] = (function, wrapper)
+        return wrapper
+
+    def _wrap(self, name: str, value: Any) -> Any:
         store, observer = self._store, self._observer
         if inspect.iscoroutinefunction(value):
 

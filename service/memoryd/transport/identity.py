@@ -283,6 +283,8 @@ class Identity(AroundCall):
 
         async def unary(request: Any, context: Context) -> Any:
             facts, request = await self._admit(rpc, context, request)
+            if not _is_audited(facts):
+                return await behavior(request, context)
             async with self._audited(facts):
                 return await behavior(request, context)
 
@@ -297,7 +299,7 @@ class Identity(AroundCall):
     @asynccontextmanager
     async def _audited(self, call: _Call) -> AsyncIterator[None]:
         """Admin-only operations leave an audit line with their outcome."""
-        if call.action is not None and call.action not in ADMIN_ACTIONS:
+        if not _is_audited(call):
             yield
             return
         outcome = "OK"
@@ -363,6 +365,10 @@ class _Call:
     rpc: str
     action: Action | None
     user: str
+
+
+def _is_audited(call: _Call) -> bool:
+    return call.action is None or call.action in ADMIN_ACTIONS
 
 
 def _who(principal: Principal) -> dict[str, str]:

@@ -114,6 +114,21 @@ def _unless_malformed(concern: Behavior, plain: Behavior, generates: bool) -> Be
     return unary
 
 
+# A method's handler as found, and as wrapped: by method name.
+_Cache = dict[str, tuple["grpc.RpcMethodHandler[Any, Any]", "grpc.RpcMethodHandler[Any, Any]"]]
+
+
+class _CallDetails(grpc.HandlerCallDetails):
+    """One call's method and metadata, for a handler wrapped once per method: the
+    metadata is read from the call's context when the call runs."""
+
+    __slots__ = ("invocation_metadata", "method")
+
+    def __init__(self, method: str, metadata: Any) -> None:
+        self.method = method
+        self.invocation_metadata = metadata
+
+
 class AroundCall(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Runs `around(details, context)` around every MemoryService call; other services
     (health, reflection) pass through, apart from the malformed-request check below.
@@ -121,7 +136,16 @@ class AroundCall(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     Every service's request deserializer is made tolerant: bytes that are not a valid
     message become INVALID_ARGUMENT "malformed request" (with one rate-limited log line),
     not an exception in gRPC's own code (UNKNOWN, a traceback per request). The innermost
-    layer makes the check, inside its `around`, so the identity is known by then."""
+    layer makes the check, inside its `around`, so the identity is known by then.
+
+    A method's handler is wrapped once and reused for every later call of it (the
+    per-call work is then only the concern's own); `CallChain` composes several concerns
+    into one interceptor the same way."""
+
+    # False for a concern whose `around` does nothing (its work is in `wrap_behavior`):
+    # its calls then skip entering it.
+    surrounds = True
+    _handlers: _Cache | None = None
 
     def around(
         self, details: grpc.HandlerCallDetails, context: Context
@@ -133,17 +157,23 @@ class AroundCall(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     ) -> Behavior:
         """For a concern that needs the request itself (grants, rate limits): wrap the
         method's behaviour, which then runs inside `around` and after the malformed-request
-        check. `generates`: the behaviour is an async generator (a response stream)."""
+        check. `generates`: the behaviour is an async generator (a response stream).
+        Called once per method: `details` holds the method only, no call's metadata."""
         return behavior
 
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        details = handler_call_details
-        ours = details.method.startswith(SERVICE_PREFIX)
+        if self._handlers is None:
+            self._handlers = {}
+        return await CallChain.intercept([self], self._handlers, continuation, handler_call_details)
+
+    def wrap_handler(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """`handler` (of `method`) with this concern around each of its calls."""
+        details = _CallDetails(method, ())
+        ours = method.startswith(SERVICE_PREFIX)
         check = not getattr(handler.request_deserializer, _TOLERANT, False)
         if not ours and not check:
             return handler
@@ -155,43 +185,54 @@ class AroundCall(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         )
         for behavior, make, requests_stream, responses_stream in kinds:
             if behavior is not None:
-                around = self._around_of(details, ours)
+                around = self._around_of(method) if ours and self.surrounds else None
                 # A streaming handler may also be a coroutine writing with context.write
                 # (grpc_health's Watch): that one is wrapped like a unary one.
                 generates = responses_stream and inspect.isasyncgenfunction(behavior)
                 if ours:
-                    behavior = _unless_malformed(
-                        self.wrap_behavior(behavior, details, generates), behavior, generates
-                    )
-                wrap = self._wrap_stream if generates else self._wrap_unary
+                    concern = self.wrap_behavior(behavior, details, generates)
+                    if concern is not behavior:
+                        behavior = _unless_malformed(concern, behavior, generates)
+                if around is not None or check:
+                    wrap = self._wrap_stream if generates else self._wrap_unary
+                    behavior = wrap(behavior, around, check, requests_stream)
                 return make(  # type: ignore[no-any-return]
-                    wrap(behavior, around, check, requests_stream),
-                    request_deserializer=_tolerant(handler.request_deserializer, details.method),
+                    behavior,
+                    request_deserializer=_tolerant(handler.request_deserializer, method),
                     response_serializer=handler.response_serializer,
                 )
         return handler
 
-    def _around_of(self, details: grpc.HandlerCallDetails, ours: bool) -> Around:
-        if ours:
-            return lambda context: self.around(details, context)
-        return lambda context: nullcontext()
+    def _around_of(self, method: str) -> Around:
+        around = self.around
+        return lambda context: around(_CallDetails(method, context.invocation_metadata()), context)
 
     @staticmethod
-    def _wrap_unary(behavior: Behavior, around: Around, check: bool, streams: bool) -> Behavior:
+    def _wrap_unary(
+        behavior: Behavior, around: Around | None, check: bool, streams: bool
+    ) -> Behavior:
+        async def checked(request: Any, context: Context) -> Any:
+            if check and streams:
+                request = _checked(request, context)
+            elif check and request is MALFORMED:
+                await _refuse_malformed(context)
+            return await behavior(request, context)
+
+        if around is None:
+            return checked
+
         async def call(request: Any, context: Context) -> Any:
             async with around(context):
-                if check and streams:
-                    request = _checked(request, context)
-                elif check and request is MALFORMED:
-                    await _refuse_malformed(context)
-                return await behavior(request, context)
+                return await checked(request, context)
 
         return call
 
     @staticmethod
-    def _wrap_stream(behavior: Behavior, around: Around, check: bool, streams: bool) -> Behavior:
+    def _wrap_stream(
+        behavior: Behavior, around: Around | None, check: bool, streams: bool
+    ) -> Behavior:
         async def call(request: Any, context: Context) -> AsyncIterator[Any]:
-            async with around(context):
+            async with around(context) if around is not None else nullcontext():
                 if check and streams:
                     request = _checked(request, context)
                 elif check and request is MALFORMED:
@@ -200,6 +241,44 @@ class AroundCall(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                     yield response
 
         return call
+
+
+class CallChain(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Several concerns as one interceptor, outermost first: each method's handler is
+    wrapped by all of them once, on its first call, and reused after that. A chain of
+    separate interceptors would have grpc run each one's `intercept_service` on every call
+    and rebuild every wrapper."""
+
+    def __init__(self, concerns: list[AroundCall]) -> None:
+        self._concerns = concerns
+        self._handlers: _Cache = {}
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        return await self.intercept(
+            self._concerns, self._handlers, continuation, handler_call_details
+        )
+
+    @staticmethod
+    async def intercept(
+        concerns: list[AroundCall],
+        cache: _Cache,
+        continuation: Continuation,
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(details)
+        if handler is None:
+            return handler
+        method = details.method
+        found = cache.get(method)
+        if found is not None and found[0] is handler:
+            return found[1]
+        wrapped = handler
+        for concern in reversed(concerns):  # the innermost wraps first
+            wrapped = concern.wrap_handler(wrapped, method)
+        cache[method] = (handler, wrapped)
+        return wrapped
 
 
 class ErrorMapping(AroundCall):

@@ -83,11 +83,13 @@ class RateLimiting(AroundCall):
         self._calls = calls
         self._cache = cache
 
+    surrounds = False  # the work needs the request: see the wrappers
+
     @asynccontextmanager
     async def around(
         self, details: grpc.HandlerCallDetails, context: Context
     ) -> AsyncIterator[None]:
-        yield  # the work needs the request: see the wrappers
+        yield
 
     def wrap_behavior(
         self, behavior: Behavior, details: grpc.HandlerCallDetails, generates: bool

@@ -295,11 +295,33 @@ class Metrics:
         self.store_up.labels(store).set(1 if up else 0)
 
 
+class _StoreCall:
+    """Times one store call (a plain class: cheaper than a generator context manager on
+    every hot-store call)."""
+
+    __slots__ = ("_duration", "_errors", "_labels", "_started")
+
+    def __init__(self, duration: Histogram, errors: Counter, labels: tuple[str, str]) -> None:
+        self._duration = duration
+        self._errors = errors  # labelled only on an error: no zero series per operation
+        self._labels = labels
+        self._started = 0.0
+
+    def __enter__(self) -> None:
+        self._started = time.perf_counter()
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None:
+            self._errors.labels(*self._labels).inc()
+        self._duration.observe(time.perf_counter() - self._started)
+
+
 class PrometheusObserver:
     """The core's reports, as metrics."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._m = metrics
+        self._store_durations: dict[tuple[str, str], Histogram] = {}
 
     @contextmanager
     def embedding(self, batch_size: int) -> Iterator[None]:
@@ -307,17 +329,12 @@ class PrometheusObserver:
         with self._m.embedding_duration.time():
             yield
 
-    @contextmanager
-    def store_call(self, store: str, operation: str) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        except BaseException:
-            self._m.store_call_errors.labels(store, operation).inc()
-            raise
-        finally:
-            elapsed = time.perf_counter() - started
-            self._m.store_call_duration.labels(store, operation).observe(elapsed)
+    def store_call(self, store: str, operation: str) -> AbstractContextManager[None]:
+        key = (store, operation)
+        duration = self._store_durations.get(key)
+        if duration is None:  # `labels` validates and locks: once per store operation
+            duration = self._store_durations[key] = self._m.store_call_duration.labels(*key)
+        return _StoreCall(duration, self._m.store_call_errors, key)
 
     def fusion(self, stage: str) -> AbstractContextManager[None]:
         return nullcontext()  # traced only: it is part of the RPC's time

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import grpc
+from prometheus_client import Counter, Gauge, Histogram
 
 from memoryd.core.observe import correlated
 from memoryd.transport.interceptors import SERVICE_PREFIX, AroundCall, CallContext, Context
@@ -62,13 +63,20 @@ class Observability(AroundCall):
     def __init__(self, metrics: Metrics, calls: CallContext) -> None:
         self._metrics = metrics
         self._calls = calls
+        # Each metric's child per label values, looked up once (`labels` validates and
+        # takes a lock on every use).
+        self._in_flight: dict[str, Gauge] = {}
+        self._requests: dict[tuple[str, str], Counter] = {}
+        self._durations: dict[str, Histogram] = {}
 
     @asynccontextmanager
     async def around(
         self, details: grpc.HandlerCallDetails, context: Context
     ) -> AsyncIterator[None]:
         method = details.method.removeprefix(SERVICE_PREFIX)
-        in_flight = self._metrics.rpc_in_flight.labels(method)
+        in_flight = self._in_flight.get(method)
+        if in_flight is None:
+            in_flight = self._in_flight[method] = self._metrics.rpc_in_flight.labels(method)
         started = time.perf_counter()
         code = grpc.StatusCode.OK
         in_flight.inc()
@@ -89,9 +97,18 @@ class Observability(AroundCall):
             finally:
                 in_flight.dec()
                 elapsed = time.perf_counter() - started
-                self._metrics.rpc_requests.labels(method, code.name).inc()
-                self._metrics.rpc_duration.labels(method).observe(elapsed)
+                self._count(method, code.name).inc()
+                duration = self._durations.get(method)
+                if duration is None:
+                    duration = self._durations[method] = self._metrics.rpc_duration.labels(method)
+                duration.observe(elapsed)
                 self._log(method, code, elapsed)
+
+    def _count(self, method: str, code: str) -> Counter:
+        counter = self._requests.get((method, code))
+        if counter is None:
+            counter = self._requests[method, code] = self._metrics.rpc_requests.labels(method, code)
+        return counter
 
     def _log(self, method: str, code: grpc.StatusCode, elapsed_s: float) -> None:
         try:

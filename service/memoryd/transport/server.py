@@ -14,7 +14,7 @@ from memoryd.app import App, StartupRefused
 from memoryd.settings import Settings
 from memoryd.transport.health import SERVICE_NAME, HealthMonitor
 from memoryd.transport.identity import Identity, build_authenticator, check_exposure
-from memoryd.transport.interceptors import CallContext, ErrorMapping
+from memoryd.transport.interceptors import CallChain, CallContext, ErrorMapping
 from memoryd.transport.limits import AnswerCache, RateLimiting
 from memoryd.transport.metrics import MetricsListener
 from memoryd.transport.observability import Observability
@@ -57,10 +57,15 @@ class MemorydServer:
             # before any rate-limit token is spent.
             interceptors=[
                 *tracing,
-                Observability(metrics, calls),
-                ErrorMapping(),
-                identity,
-                RateLimiting(app.rate_limits, calls, answers),
+                # One interceptor: each method's handler is wrapped once, not on every call.
+                CallChain(
+                    [
+                        Observability(metrics, calls),
+                        ErrorMapping(),
+                        identity,
+                        RateLimiting(app.rate_limits, calls, answers),
+                    ]
+                ),
             ],
             options=[
                 ("grpc.max_receive_message_length", max_bytes),

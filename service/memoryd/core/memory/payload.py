@@ -128,9 +128,18 @@ def embed_text_of(payload: Mapping[str, Any]) -> str:
     """The text a memory's vectors are computed from: persona facts embed as "key: value",
     other memories as their content, prefixed "<date> <speaker>: " when the metadata
     holds those (see CONTEXT_METADATA_KEYS)."""
-    content = content_of(payload)
-    if payload.get("tier") == Tier.PERSONA.value:
-        return f"{payload.get('key', '')}: {content}"
-    metadata = payload.get("metadata") or {}
+    return embed_text_for(
+        payload.get("tier", ""),
+        str(payload.get("key", "")),
+        content_of(payload),
+        payload.get("metadata") or {},
+    )
+
+
+def embed_text_for(tier: str, key: str, content: str, metadata: Mapping[str, Any]) -> str:
+    """`embed_text_of` from a memory's parts, before its payload exists (an Add embeds its
+    text before it takes the user's lock)."""
+    if tier == Tier.PERSONA.value:
+        return f"{key}: {content}"
     context = [v for k in CONTEXT_METADATA_KEYS if (v := str(metadata.get(k) or "").strip())]
     return f"{' '.join(context)}: {content}" if context else content

@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 
 from memoryd.core.errors import FieldViolation, StoreUnavailable
+from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.payload import (
     content_hash,
     content_of,
@@ -31,7 +32,7 @@ from memoryd.core.retrieval import bm25, conversation
 from memoryd.core.retrieval.temporal import Anchor, TimeResolver, TimeWindow
 from memoryd.core.tiers.base import TierHits
 from memoryd.settings import RetrievalSettings
-from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
+from memoryd.stores.embeddings.port import EmbedderUnavailable
 from memoryd.stores.vectors.port import (
     TERMS_FIELD,
     Condition,
@@ -72,18 +73,20 @@ class RestorePlan:
 
 @dataclass(frozen=True)
 class NewPoint:
-    """A memory to insert: its record, its payload, and the text to embed."""
+    """A memory to insert: its record, its payload, and the text to embed (or its
+    `vector`, when the caller embedded it beforehand)."""
 
     record: MemoryRecord
     payload: dict[str, Any]
     embed_text: str
+    vector: list[float] | None = None
 
 
 class VectorMemory:
     def __init__(
         self,
         store: VectorStore,
-        embedder: Embedder,
+        embedder: EmbeddingBatcher,
         retrieval: RetrievalSettings,
         clock: Callable[[], float],
         observer: Observer | None = None,
@@ -108,7 +111,7 @@ class VectorMemory:
         started = time.perf_counter()
         try:
             with self.observer.embedding(len(texts)):
-                vectors = await asyncio.to_thread(self._embedder.embed, list(texts))
+                vectors = await self._embedder.embed(texts)
         except EmbedderUnavailable as exc:
             raise StoreUnavailable("embedder", str(exc)) from exc
         return vectors, (time.perf_counter() - started) * 1000
@@ -142,10 +145,13 @@ class VectorMemory:
         return Filter(must=must, must_not=must_not)
 
     async def insert(self, points: Sequence[NewPoint]) -> float:
-        """Embed and upsert; returns the embedding time in ms."""
+        """Embed (what is not embedded yet) and upsert; returns the embedding time in ms."""
         if not points:
             return 0.0
-        vectors, embedding_ms = await self.embed([p.embed_text for p in points])
+        missing = [p.embed_text for p in points if p.vector is None]
+        fresh, embedding_ms = await self.embed(missing) if missing else ([], 0.0)
+        computed = iter(fresh)
+        vectors = [p.vector if p.vector is not None else next(computed) for p in points]
         upserts = [
             VectorPoint(
                 id=p.record.id,

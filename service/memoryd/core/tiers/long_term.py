@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from memoryd.core.errors import FieldViolation, MemorydError, QuotaExceeded
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.quotas import QuotaProfiles, quota_full, quota_percent
-from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
+from memoryd.core.memory.payload import content_hash, embed_text_for, embed_text_of, to_payload
 from memoryd.core.memory.vector_memory import (
     PAGE_SIZE,
     NewPoint,
@@ -127,15 +128,29 @@ class LongTermTier(ArchivingVectorTier):
         users: dict[tuple[str, str], list[int]] = {}
         for i, cmd in enumerate(cmds):
             users.setdefault((cmd.scope.tenant, cmd.scope.user_id), []).append(i)
+        # Embedded before any lock is taken: the lock guards the quota check and the write
+        # only, so concurrent Adds of one user share model calls instead of queueing for
+        # them. (A memory that turns out a duplicate or over quota was embedded for nothing;
+        # the embedding cache makes a repeat of it cheap.)
+        texts = [self._embed_text(c) for c in cmds]
+        vectors, _ = await self._memory.embed(texts)
+        embedded = dict(zip(texts, vectors, strict=True))
         for user, indices in users.items():
             async with self._locks(user):
-                done = await self._add_for_user([cmds[i] for i in indices])
+                done = await self._add_for_user([cmds[i] for i in indices], embedded)
             for i, outcome in zip(indices, done, strict=True):
                 outcomes[i] = outcome
         return [o for o in outcomes if o is not None]
 
-    async def _add_for_user(self, cmds: Sequence[AddCommand]) -> list[AddResult | MemorydError]:
-        """`cmds` all belong to one user, whose lock is held."""
+    @staticmethod
+    def _embed_text(cmd: AddCommand) -> str:
+        return embed_text_for(Tier.LONG_TERM.value, "", cmd.content, cmd.metadata)
+
+    async def _add_for_user(
+        self, cmds: Sequence[AddCommand], embedded: Mapping[str, list[float]]
+    ) -> list[AddResult | MemorydError]:
+        """`cmds` all belong to one user, whose lock is held; `embedded` has the vectors
+        of their texts."""
         scope = cmds[0].scope
         live = self._memory.scope_filter(scope, Tier.LONG_TERM)
         profile = self._quotas.profile_for(scope)
@@ -200,7 +215,10 @@ class LongTermTier(ArchivingVectorTier):
                 session = cmd.scope.session_id
                 record.position = await self._next_position(cmd.scope, taken.get(session, 0))
                 taken[session] = taken.get(session, 0) + 1
-            points.append(self._new_point(record, cmd.scope))
+            point = self._new_point(record, cmd.scope)
+            # The stored text is the one embedded before the lock unless the record's
+            # payload says otherwise (then `insert` embeds it).
+            points.append(replace(point, vector=embedded.get(point.embed_text)))
             first_of.setdefault(digest, record.id)
             count += 1
             outcomes.append(AddResult(record.id, operation, Tier.LONG_TERM, max(0, limit - count)))

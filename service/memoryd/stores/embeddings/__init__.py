@@ -1,5 +1,5 @@
-"""Embeddings: the ``Embedder`` port and its adapters (local MiniLM, OpenAI-compatible
-API) plus a caching decorator.
+"""Embeddings: the ``Embedder`` port and its adapters (local MiniLM on ONNX Runtime or on
+torch, OpenAI-compatible API) plus a caching decorator.
 
 `ADAPTERS` names every adapter; the settings choose one (`embedder.provider`). Adapters
 are imported lazily (in the factories, and PEP 562 for the names below) so that importing
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from memoryd.settings import Settings
     from memoryd.stores.embeddings.cache import CachedEmbedder, CacheStats
     from memoryd.stores.embeddings.minilm import MiniLMEmbedder
+    from memoryd.stores.embeddings.minilm_onnx import MiniLMOnnxEmbedder
     from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "Embedder",
     "EmbedderUnavailable",
     "MiniLMEmbedder",
+    "MiniLMOnnxEmbedder",
     "OpenAIEmbedder",
     "adapter_name",
 ]
@@ -37,10 +39,19 @@ __all__ = [
 EmbedderFactory: TypeAlias = "Callable[[Settings], Embedder]"
 
 
+def _minilm_onnx(settings: Settings) -> Embedder:
+    from memoryd.stores.embeddings.minilm_onnx import MiniLMOnnxEmbedder
+
+    cfg = settings.embedder
+    return MiniLMOnnxEmbedder(
+        cfg.threads, quantized=cfg.onnx_quantized, cache_dir=cfg.model_cache_dir
+    )
+
+
 def _minilm(settings: Settings) -> Embedder:
     from memoryd.stores.embeddings.minilm import MiniLMEmbedder
 
-    return MiniLMEmbedder()
+    return MiniLMEmbedder(threads=settings.embedder.threads)
 
 
 def _openai(settings: Settings) -> Embedder:
@@ -57,6 +68,7 @@ def _openai(settings: Settings) -> Embedder:
 
 
 ADAPTERS: dict[str, EmbedderFactory] = {
+    "minilm-onnx": _minilm_onnx,
     "minilm": _minilm,
     "openai": _openai,
 }
@@ -72,6 +84,7 @@ _LAZY = MappingProxyType(
         "CachedEmbedder": "memoryd.stores.embeddings.cache",
         "CacheStats": "memoryd.stores.embeddings.cache",
         "MiniLMEmbedder": "memoryd.stores.embeddings.minilm",
+        "MiniLMOnnxEmbedder": "memoryd.stores.embeddings.minilm_onnx",
         "OpenAIEmbedder": "memoryd.stores.embeddings.openai_embedder",
     }
 )

@@ -1,9 +1,10 @@
 """A caching ``Embedder`` decorator: in-process LRU, optionally backed by Redis.
 
-Keys are (embedder name, SHA-256 of the UTF-8 text), so vectors of different models never
-mix. Vectors are kept as float32 (4 bytes per component) both in memory and in Redis, and
-every vector returned (fresh, from memory or from Redis) is rounded to float32 the same
-way, so a text embeds identically whatever the cache state.
+Keys are (embedder name and runtime variant, SHA-256 of the UTF-8 text), so vectors of
+different models or runtimes never mix. Vectors are kept as float32 (4 bytes per
+component) both in memory and in Redis, and every vector returned (fresh, from memory or
+from Redis) is rounded to float32 the same way, so a text embeds identically whatever the
+cache state.
 
 Redis is an optimisation shared by replicas, never a dependency: any Redis error is
 logged, Redis is skipped for ``redis_retry_after_s``, and embedding goes on in-process.
@@ -28,7 +29,7 @@ from cachetools import LRUCache
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from memoryd.stores.embeddings.port import Embedder
+from memoryd.stores.embeddings.port import Embedder, RuntimeVariant
 from memoryd.stores.redis_clients import SyncClient, open_sync
 
 __all__ = ["DEFAULT_REDIS_TTL_S", "REDIS_KEY_PREFIX", "CacheStats", "CachedEmbedder"]
@@ -79,6 +80,11 @@ class CachedEmbedder:
         if redis_ttl_s < 1:
             raise ValueError("redis_ttl_s must be >= 1")
         self._inner = inner
+        # Vectors of one space from two runtimes (torch, ONNX int8) differ slightly: each
+        # keeps its own entries, so a text embeds identically whatever the cache state.
+        self._key_name = (
+            f"{inner.name}@{inner.variant}" if isinstance(inner, RuntimeVariant) else inner.name
+        )
         self._max_entries = max_entries
         self._ttl_s = redis_ttl_s
         self._retry_after_s = redis_retry_after_s
@@ -138,11 +144,19 @@ class CachedEmbedder:
         if self._redis is not None:
             self._redis.close()
 
+    def lookup(self, texts: Sequence[str]) -> list[list[float] | None]:
+        """Implements ``CacheLookup``: in-memory hits only, never Redis or the model."""
+        keys = [(self._key_name, _digest(text)) for text in texts]
+        with self._lock:
+            vectors = [self._lru.get(key) for key in keys]
+            self._hits += sum(v is not None for v in vectors)
+        return [None if v is None else v.tolist() for v in vectors]
+
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
         name = self._inner.name
-        keys = [(name, _digest(text)) for text in texts]
+        keys = [(self._key_name, _digest(text)) for text in texts]
         found: dict[tuple[str, str], array[float]] = {}
         with self._lock:
             for key in keys:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-__all__ = ["Embedder", "EmbedderUnavailable"]
+__all__ = ["CacheLookup", "Embedder", "EmbedderUnavailable", "RuntimeVariant"]
 
 
 class Embedder(Protocol):
@@ -38,6 +38,26 @@ class Embedder(Protocol):
 
     def warm(self) -> None:
         """Load the model and run one embedding, so the first request is not slow."""
+        ...
+
+
+@runtime_checkable
+class RuntimeVariant(Protocol):
+    """An embedder that runs a model of another embedder's space on another runtime."""
+
+    @property
+    def variant(self) -> str:
+        """E.g. ``"onnx-int8"``: same ``name`` (no reindex), slightly different vectors."""
+        ...
+
+
+@runtime_checkable
+class CacheLookup(Protocol):
+    """An embedder with an in-process cache that can be read without blocking."""
+
+    def lookup(self, texts: Sequence[str]) -> list[list[float] | None]:
+        """The cached vector of each text, or None; in memory only (no I/O, no model), so
+        it may be called on the event loop. A hit counts as one, as in ``embed``."""
         ...
 
 

@@ -1,0 +1,74 @@
+"""The local embedders' own speed, per runtime and thread count, in one process.
+
+    PYTHONPATH=service .venv/bin/python benchmarks/embedder_speed.py --threads 1,2
+
+For each runtime (torch, ONNX float, ONNX int8) and intra-op thread count: texts per
+second when embedding 64 texts per call (as the batcher sends them) and the latency of one
+short query alone (p50/p99). Rounds interleave the configurations, so a change in the
+machine's load hits all of them alike; the load average is printed with the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+from load import fact, question
+from memoryd.stores.embeddings import MiniLMEmbedder, MiniLMOnnxEmbedder
+from memoryd.stores.embeddings.port import Embedder
+
+
+def make(runtime: str, threads: int) -> Embedder:
+    if runtime == "torch":
+        return MiniLMEmbedder(threads=threads)
+    return MiniLMOnnxEmbedder(threads, quantized=runtime == "onnx-int8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--runtimes", default="onnx-int8,onnx-float,torch")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    texts = [fact(50_000_000 + i) for i in range(256)]
+    configs = [
+        (runtime, int(t))
+        for runtime in args.runtimes.split(",")
+        for t in args.threads.split(",")
+        # torch's thread count is process-wide: one torch configuration per process.
+        if runtime != "torch" or t == args.threads.split(",")[0]
+    ]
+    embedders = {c: make(*c) for c in configs}
+    for embedder in embedders.values():
+        embedder.warm()
+    rates: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
+    singles: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
+    print(f"load average before: {os.getloadavg()}")
+    for r in range(args.rounds):
+        for config, embedder in embedders.items():
+            started = time.perf_counter()
+            for i in range(0, len(texts), 64):
+                embedder.embed(texts[i : i + 64])
+            rates[config].append(len(texts) / (time.perf_counter() - started))
+            for q in range(30):
+                t0 = time.perf_counter()
+                embedder.embed([question(f"speed-{r}-{q}")])
+                singles[config].append((time.perf_counter() - t0) * 1000)
+    print(f"load average after:  {os.getloadavg()}")
+    print(
+        f"{'runtime':12s} {'threads':>7s} {'texts/s (median)':>17s} {'best':>7s} "
+        f"{'one p50 ms':>11s} {'one p99 ms':>11s}"
+    )
+    for config in configs:
+        ordered = sorted(singles[config])
+        print(
+            f"{config[0]:12s} {config[1]:7d} {statistics.median(rates[config]):17.1f} "
+            f"{max(rates[config]):7.1f} {ordered[len(ordered) // 2]:11.2f} "
+            f"{ordered[int(len(ordered) * 0.99)]:11.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

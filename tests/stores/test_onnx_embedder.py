@@ -1,0 +1,114 @@
+"""MiniLM on ONNX Runtime: the same vector space as the torch model, from a pinned file.
+
+Parity is measured against the torch embedder (the pinned model) on every memory and
+query of the golden set; the recall checks that decide int8 are in benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.dataset import DEFAULT_DATASET, load_dataset
+from memoryd.stores.embeddings import MiniLMEmbedder, MiniLMOnnxEmbedder
+from memoryd.stores.embeddings.minilm_onnx import (
+    MODEL_SHA256,
+    packaged_model_path,
+    prepare_quantized,
+    verified_source,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def golden_sentences() -> list[str]:
+    dataset = load_dataset(DEFAULT_DATASET)
+    texts = [m.content for m in dataset.memories] + [c.query for c in dataset.cases]
+    return list(dict.fromkeys(texts))
+
+
+def cosines(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> np.ndarray:
+    products: np.ndarray = np.sum(np.asarray(a) * np.asarray(b), axis=1)
+    return products  # both sides are unit vectors
+
+
+@pytest.fixture(scope="module")
+def int8() -> MiniLMOnnxEmbedder:
+    embedder = MiniLMOnnxEmbedder()
+    embedder.warm()
+    return embedder
+
+
+@pytest.fixture(scope="module")
+def torch_vectors() -> list[list[float]]:
+    return MiniLMEmbedder(threads=1).embed(golden_sentences())
+
+
+def test_it_claims_the_torch_models_space_under_its_own_variant(
+    int8: MiniLMOnnxEmbedder,
+) -> None:
+    assert (int8.name, int8.dim) == (MiniLMEmbedder().name, 384)
+    assert int8.variant == "onnx-int8"
+    assert MiniLMOnnxEmbedder(quantized=False).variant == "onnx-float"
+
+
+def test_vectors_are_l2_normalised(int8: MiniLMOnnxEmbedder) -> None:
+    for vector in int8.embed(["short", "a much longer sentence about mountains", "", "x " * 400]):
+        assert len(vector) == 384
+        assert math.sqrt(sum(x * x for x in vector)) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_texts_vector_does_not_depend_on_its_batch(int8: MiniLMOnnxEmbedder) -> None:
+    texts = ["hello world", "Ana is allergic to shellfish", "x " * 300, "tea"]
+    batch = int8.embed(texts)
+    for text, vector in zip(texts, batch, strict=True):
+        assert int8.embed([text]) == [vector]
+
+
+def test_int8_vectors_match_the_torch_model(
+    int8: MiniLMOnnxEmbedder, torch_vectors: list[list[float]]
+) -> None:
+    cos = cosines(int8.embed(golden_sentences()), torch_vectors)
+    # Dynamic int8 moves a vector by at most 2 % in angle; recall is unchanged (RESULTS.md).
+    assert cos.mean() > 0.99
+    assert cos.min() > 0.98
+
+
+def test_float_vectors_match_the_torch_model_closely(torch_vectors: list[list[float]]) -> None:
+    cos = cosines(MiniLMOnnxEmbedder(quantized=False).embed(golden_sentences()), torch_vectors)
+    assert cos.min() > 0.995
+
+
+def test_related_texts_are_closer(int8: MiniLMOnnxEmbedder) -> None:
+    skiing, coffee, query = int8.embed(
+        ["User enjoys skiing", "User likes coffee with mountain view", "skiing preferences"]
+    )
+    assert float(np.dot(skiing, query)) > float(np.dot(coffee, query))
+
+
+def test_the_packaged_model_is_checked_by_sha256(tmp_path: Path) -> None:
+    assert verified_source() == packaged_model_path()
+    altered = tmp_path / "model.onnx"
+    altered.write_bytes(packaged_model_path().read_bytes()[:-1] + b"\0")
+    with pytest.raises(RuntimeError, match=MODEL_SHA256):
+        MiniLMOnnxEmbedder(model_path=altered).warm()
+
+
+def test_the_int8_graph_is_derived_once_and_again_when_damaged(tmp_path: Path) -> None:
+    cache = tmp_path / "not" / "there" / "yet"
+    first = prepare_quantized(cache)
+    checksum = first.with_suffix(".sha256")
+    assert first.is_file() and checksum.is_file()
+    made = first.stat().st_mtime_ns
+    assert prepare_quantized(cache) == first
+    assert first.stat().st_mtime_ns == made  # reused, not derived again
+
+    original = first.read_bytes()
+    first.write_bytes(original[: len(original) // 2])
+    assert prepare_quantized(cache) == first
+    assert first.read_bytes() == original  # derivation is deterministic
+    assert sorted(p.name for p in cache.iterdir()) == [first.name, checksum.name]
