@@ -48,7 +48,7 @@ def test_every_embedder_provider_the_settings_accept_has_an_adapter() -> None:
             "redis_cluster",
             "redis_cluster",
             "edge",
-            "minilm",
+            "minilm-onnx",
         ),
     ],
 )
