@@ -39,6 +39,7 @@ from memoryd.settings import Settings
 from memoryd.stores import embeddings as embedder_adapters
 from memoryd.stores import hot as hot_adapters
 from memoryd.stores import queue as queue_adapters
+from memoryd.stores import usage as usage_adapters
 from memoryd.stores import vectors as vector_adapters
 from memoryd.stores.archive.jsonl_store import JsonlArchiveStore
 from memoryd.stores.audit.jsonl_log import JsonlAuditLog
@@ -358,6 +359,7 @@ async def _build_app(
 
     quotas = QuotaProfiles(settings.quotas, settings.long_term)
     buckets = build_buckets(settings)
+    counters = usage_adapters.ADAPTERS[usage_adapters.adapter_name(settings)](settings)
     deps = TierDeps(
         settings=settings,
         clock=clock,
@@ -365,6 +367,7 @@ async def _build_app(
         memory=memory,
         archive=archive,
         quotas=quotas,
+        counters=counters,
         on_message=copy_message,
     )
     tiers = build_tiers(deps)
@@ -429,6 +432,7 @@ async def _build_app(
             *([lease[1]] if lease else []),
             *([chat.close] if chat else []),
             buckets.close,
+            counters.close,
         ],
         memory=memory,
         backups=backups,
