@@ -13,11 +13,13 @@ items, so they never take room from a write).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from memoryd.core.errors import StoreUnavailable
 from memoryd.core.models import MemoryRecord, Scope, Tier
+from memoryd.core.ratelimit_log import EveryFewSeconds
 from memoryd.core.text import utf8_len
 from memoryd.stores.usage.port import (
     Correction,
@@ -30,6 +32,8 @@ from memoryd.stores.usage.port import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+_down_log = EveryFewSeconds(log, interval_s=60.0)
 # Recount attempts per user when the counter keeps moving under maintenance.
 _CORRECT_TRIES = 3
 
@@ -60,16 +64,32 @@ class Ledger:
         except CountersUnavailable as exc:
             raise StoreUnavailable("usage counters", str(exc)) from exc
 
+    async def _after(self, step: Awaitable[object]) -> None:
+        """A step after the store changed (settle, release, forget): if the counters are
+        out of reach, the write stands and the counter is left high (a quota refuses a
+        little early, never late) until maintenance recounts the user."""
+        try:
+            await step
+        except CountersUnavailable as exc:
+            _down_log.warning("usage counters unreachable (%s); maintenance will recount", exc)
+
     async def _rebuild(self, scope: Scope) -> None:
         count, size = await self._recount(scope)
         await self._step(self._counters.init(self._key(scope), Counted(count, size)))
 
     async def held(self, scope: Scope) -> Counted:
-        while True:
-            got = await self._step(self._counters.get(self._key(scope)))
-            if got is not None:
-                return got
-            await self._rebuild(scope)
+        """What the user holds; while the counters are out of reach, recounted from the
+        store (Usage keeps answering; writes, which need a reservation, do not)."""
+        try:
+            while True:
+                got = await self._counters.get(self._key(scope))
+                if got is not None:
+                    return got
+                count, size = await self._recount(scope)
+                await self._counters.init(self._key(scope), Counted(count, size))
+        except CountersUnavailable:
+            count, size = await self._recount(scope)
+            return Counted(count, size)
 
     async def reserve(
         self, scope: Scope, count: int, size: int, max_count: int, max_bytes: int
@@ -101,18 +121,18 @@ class Ledger:
     async def settle(self, scope: Scope, count: int, size: int, ids: Sequence[str]) -> None:
         """A reserved write of `count` items, `size` bytes (`ids`) landed."""
         if count or size:
-            await self._step(self._counters.settle(self._key(scope), count, size, ids))
+            await self._after(self._counters.settle(self._key(scope), count, size, ids))
 
     async def release(self, scope: Scope, count: int, size: int) -> None:
         if count or size:
-            await self._step(self._counters.release(self._key(scope), count, size))
+            await self._after(self._counters.release(self._key(scope), count, size))
 
     async def forget(self, scope: Scope, removed: Sequence[MemoryRecord]) -> None:
         """Uncount items just removed (deleted, pruned, purged, archived); an id removed
         twice (by two replicas at once) is uncounted once."""
         if removed:
             items = {r.id: size_of(r) for r in removed}
-            await self._step(self._counters.forget(self._key(scope), items))
+            await self._after(self._counters.forget(self._key(scope), items))
 
     async def reconcile(self, scope: Scope) -> Correction | None:
         """Recount the user from the store and correct the counter; None when it kept
