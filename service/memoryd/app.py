@@ -46,6 +46,7 @@ from memoryd.stores.audit.jsonl_log import JsonlAuditLog
 from memoryd.stores.audit.port import AuditLog
 from memoryd.stores.backup.file_store import FileBackupStore
 from memoryd.stores.backup.port import BackupStore
+from memoryd.stores.usage.port import UsageCounters
 from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
 from memoryd.stores.extractor.port import StructuredChat
@@ -92,6 +93,8 @@ class App:
     # For the transport's identity and rate-limit concerns.
     rate_limits: RateLimits | None = None
     access_audit: AuditLog | None = None
+    # Per user and tier usage (operations and tests read them; tiers keep them).
+    counters: UsageCounters | None = None
     clock: Callable[[], float] = time.time
     # At close, how long the write-behind copy may take to flush what is queued.
     flush_timeout_s: float = 5.0
@@ -442,5 +445,6 @@ async def _build_app(
         health_services={f"memoryd.tier.{s.tier.value}": [_PROBE_OF[s.store]] for s in served()},
         rate_limits=RateLimits(buckets, quotas, clock),
         access_audit=JsonlAuditLog(settings.data_dir / "audit" / "access.jsonl"),
+        counters=counters,
         clock=clock,
     )
