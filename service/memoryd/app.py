@@ -46,7 +46,6 @@ from memoryd.stores.audit.jsonl_log import JsonlAuditLog
 from memoryd.stores.audit.port import AuditLog
 from memoryd.stores.backup.file_store import FileBackupStore
 from memoryd.stores.backup.port import BackupStore
-from memoryd.stores.usage.port import UsageCounters
 from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
 from memoryd.stores.extractor.port import StructuredChat
@@ -55,6 +54,7 @@ from memoryd.stores.queue.port import WriteBehindQueue
 from memoryd.stores.ratelimit.memory_buckets import InProcessBuckets
 from memoryd.stores.ratelimit.port import TokenBuckets
 from memoryd.stores.ratelimit.redis_buckets import RedisBuckets
+from memoryd.stores.usage.port import UsageCounters
 from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore, VectorStoreError
 from memoryd.transport.telemetry import Telemetry
 from memoryd.transport.tracing import TracingUnavailable
