@@ -161,11 +161,14 @@ class LongTermTier(ArchivingVectorTier):
             for i, (c, d) in enumerate(zip(cmds, digests, strict=True))
             if c.kind is Kind.MESSAGE or (d not in stored and firsts.setdefault(d, i) == i)
         ]
-        whole = await ledger.reserve(
-            scope, len(writes), sum(sizes[i] for i in writes), limit, room.max_bytes
-        )
-        prepaid = whole.granted
-        held = whole.held.count  # what the user holds after the last memory placed
+        if writes:
+            whole = await ledger.reserve(
+                scope, len(writes), sum(sizes[i] for i in writes), limit, room.max_bytes
+            )
+            prepaid, held = whole.granted, whole.held.count
+        else:  # nothing new: every memory is there already
+            prepaid, held = True, (await ledger.held(scope)).count
+        # `held`: what the user holds after the last memory placed.
         # Reserved and not yet written: settled once written, released on any failure.
         owed = [len(writes), sum(sizes[i] for i in writes)] if prepaid else [0, 0]
         first_of: dict[str, str] = {}  # digest -> id of a memory this batch adds
