@@ -123,6 +123,7 @@ async def start_server(tmp_path: Path, embedder: Embedder) -> AsyncIterator[Serv
     async def start(
         clock: Callable[[], float] = time.time,
         telemetry: Telemetry | None = None,
+        model: Embedder | None = None,
         **overrides: Any,
     ) -> RunningServer:
         values: dict[str, Any] = {
@@ -132,7 +133,9 @@ async def start_server(tmp_path: Path, embedder: Embedder) -> AsyncIterator[Serv
         }
         values.update(overrides)
         settings = Settings(**values)
-        app = await build_app(settings, clock=clock, embedder=embedder, telemetry=telemetry)
+        app = await build_app(
+            settings, clock=clock, embedder=model or embedder, telemetry=telemetry
+        )
         server = MemorydServer(settings, app, health_interval_s=0.2)
         port = await server.start()
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

@@ -41,6 +41,7 @@ from memoryd.stores import embeddings as embedder_adapters
 from memoryd.stores import hot as hot_adapters
 from memoryd.stores import queue as queue_adapters
 from memoryd.stores import ratelimit as bucket_adapters
+from memoryd.stores import usage as usage_adapters
 from memoryd.stores import vectors as vector_adapters
 from memoryd.stores.archive.jsonl_store import JsonlArchiveStore
 from memoryd.stores.audit.jsonl_log import JsonlAuditLog
@@ -53,6 +54,7 @@ from memoryd.stores.extractor.port import StructuredChat
 from memoryd.stores.hot.port import HotStore
 from memoryd.stores.queue.port import WriteBehindQueue
 from memoryd.stores.ratelimit.port import TokenBuckets
+from memoryd.stores.usage.port import UsageCounters
 from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore, VectorStoreError
 from memoryd.transport.telemetry import Telemetry
 from memoryd.transport.tracing import TracingUnavailable
@@ -91,6 +93,8 @@ class App:
     # For the transport's identity and rate-limit concerns.
     rate_limits: RateLimits | None = None
     access_audit: AuditLog | None = None
+    # Per user and tier usage (operations and tests read them; tiers keep them).
+    counters: UsageCounters | None = None
     clock: Callable[[], float] = time.time
     # At close, how long the write-behind copy may take to flush what is queued.
     flush_timeout_s: float = 5.0
@@ -372,6 +376,7 @@ async def _build_app(
 
     quotas = QuotaProfiles(settings.quotas, settings.long_term)
     buckets = build_buckets(settings)
+    counters = usage_adapters.ADAPTERS[usage_adapters.adapter_name(settings)](settings)
     deps = TierDeps(
         settings=settings,
         clock=clock,
@@ -379,6 +384,7 @@ async def _build_app(
         memory=memory,
         archive=archive,
         quotas=quotas,
+        counters=counters,
         on_message=copy_message,
     )
     tiers = build_tiers(deps)
@@ -444,6 +450,7 @@ async def _build_app(
             *([lease[1]] if lease else []),
             *([chat.close] if chat else []),
             buckets.close,
+            counters.close,
         ],
         memory=memory,
         backups=backups,
@@ -453,6 +460,7 @@ async def _build_app(
         health_services={f"memoryd.tier.{s.tier.value}": [_PROBE_OF[s.store]] for s in served()},
         rate_limits=RateLimits(buckets, quotas, clock),
         access_audit=JsonlAuditLog(settings.data_dir / "audit" / "access.jsonl"),
+        counters=counters,
         clock=clock,
         embedding=batcher,
     )

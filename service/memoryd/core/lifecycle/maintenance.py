@@ -1,6 +1,7 @@
 """Retention maintenance (RT-005): archive what is past its tier's retention and purge
-what is expired or soft-deleted, for every user. Runs in the server on an interval and
-once from `memoryd maintain`."""
+what is expired or soft-deleted, for every user; then recount each user's usage from the
+store and correct the usage counters' drift. Runs in the server on an interval (on one
+replica at a time) and once from `memoryd maintain`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Protocol
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import PruneCommand, PruneStrategy, Scope, Tier
 from memoryd.core.tasks import stop_task
+from memoryd.core.tiers.archiving import ArchivingVectorTier
 from memoryd.core.tiers.base import TierHandler
 from memoryd.core.tiers.registry import StoreFamily, retained, spec
 from memoryd.settings import RetentionSettings
@@ -25,6 +27,8 @@ class MaintenanceReport:
     users: int = 0
     archived: int = 0
     purged: int = 0
+    # Usage counters found off and corrected (users x tiers).
+    corrected: int = 0
     # Per tier, for the tiers that archived or purged anything.
     archived_by_tier: dict[Tier, int] = field(default_factory=dict)
     purged_by_tier: dict[Tier, int] = field(default_factory=dict)
@@ -91,18 +95,40 @@ class Maintenance:
                     archived = await self._archive(plan, scope)
                 report.archived += archived
                 report.purged += purged
+                report.corrected += await self._reconcile(plan, scope)
                 if archived:
                     report.archived_by_tier[tier] = report.archived_by_tier.get(tier, 0) + archived
                 if purged:
                     report.purged_by_tier[tier] = report.purged_by_tier.get(tier, 0) + purged
         report.users = len(users)
         log.info(
-            "maintenance: %d users, %d memories archived, %d purged",
+            "maintenance: %d users, %d memories archived, %d purged, %d usage counters corrected",
             report.users,
             report.archived,
             report.purged,
+            report.corrected,
         )
         return report
+
+    async def _reconcile(self, plan: _Plan, scope: Scope) -> int:
+        """Recount the user's usage of the tier and correct its counter; 1 if it was off."""
+        handler = plan.handler
+        if not isinstance(handler, ArchivingVectorTier):
+            return 0
+        fixed = await handler.reconcile(scope)
+        if fixed is None or fixed.before == fixed.after:
+            return 0
+        log.info(
+            "usage of %s/%s in %s corrected: %d memories, %d bytes (counted %d, %d)",
+            scope.tenant,
+            scope.user_id,
+            handler.tier.value,
+            fixed.after.count,
+            fixed.after.bytes,
+            fixed.before.count,
+            fixed.before.bytes,
+        )
+        return 1
 
     async def survey(self) -> None:
         """Report what each vector tier stores (bytes, ages of its memories): the RT-005

@@ -15,8 +15,14 @@ from dataclasses import dataclass
 
 from memoryd.core.errors import FieldViolation, QuotaExceeded, Unimplemented
 from memoryd.core.lifecycle.cold_archive import ColdArchive
+from memoryd.core.lifecycle.ledger import Ledger, size_of
 from memoryd.core.locks import KeyedLocks
-from memoryd.core.memory.vector_memory import PAGE_SIZE, VectorMemory, check_vector_restore
+from memoryd.core.memory.vector_memory import (
+    PAGE_SIZE,
+    RestorePlan,
+    VectorMemory,
+    check_vector_restore,
+)
 from memoryd.core.models import (
     GetResult,
     ImportResult,
@@ -31,6 +37,7 @@ from memoryd.core.models import (
 )
 from memoryd.core.text import utf8_len
 from memoryd.core.tiers.base import TierHits
+from memoryd.stores.usage.port import Correction, Outcome, UsageCounters
 from memoryd.stores.vectors.port import Condition, Filter, HasId, MatchValue, Range, field_path
 
 DAY_S = 86_400.0
@@ -66,12 +73,19 @@ class ArchivingVectorTier:
         clock: Callable[[], float],
         archive: ColdArchive | None,
         compress_over_bytes: int,
+        counters: UsageCounters | None = None,
     ) -> None:
         self._memory = memory
         self._clock = clock
         self._archive = archive
         self._compress_over_bytes = compress_over_bytes
         self._locks = KeyedLocks()
+        # With usage counters, quota checks and Usage read them (O(1)); without, the store.
+        self._ledger = (
+            Ledger(counters, self.tier, lambda scope: self._memory.measure(self._held(scope)))
+            if counters is not None
+            else None
+        )
 
     # ------------------------------------------------------------------ hooks
 
@@ -102,6 +116,70 @@ class ArchivingVectorTier:
     def _live(self, scope: Scope) -> Filter:
         return self._memory.scope_filter(scope, self.tier)
 
+    def _held(self, scope: Scope) -> Filter:
+        """What the usage counters count: not deleted, expired items included (until the
+        expiry purge removes them)."""
+        everything = self._memory.scope_filter(scope, self.tier, live_only=False)
+        return Filter(must=[everything], must_not=[MatchValue("deleted", True)])
+
+    async def _forget(self, scope: Scope, removed: Sequence[MemoryRecord]) -> None:
+        if self._ledger is not None:
+            await self._ledger.forget(scope, removed)
+
+    async def _remove(self, scope: Scope, flt: Filter, dry_run: bool) -> int:
+        """Delete what `flt` selects (on dry_run only count it), uncounting what was held."""
+        memory = self._memory
+        if self._ledger is None or dry_run:
+            return await memory.remove(flt, dry_run)
+        held = [r async for page in memory.pages(flt) for r in page if not r.deleted]
+        removed = await memory.call(memory.store.delete_where, flt)
+        await self._forget(scope, held)
+        return removed
+
+    async def _purge_expired(self, scope: Scope) -> int:
+        """Delete the user's expired items (uncounted) and soft-deleted ones (uncounted
+        when deleted); returns how many."""
+        memory = self._memory
+        everything = memory.scope_filter(scope, self.tier, live_only=False)
+        dead = await self._count(everything) - await self._count(self._live(scope))
+        if dead:
+            expired = everything.and_(Range("expires_at", lte=self._clock()))
+            await self._remove(scope, expired, dry_run=False)
+            # Soft-deleted long-term items, or items imported with the mark.
+            deleted = everything.and_(MatchValue("deleted", True))
+            await memory.call(memory.store.delete_where, deleted)
+        return dead
+
+    async def reconcile(self, scope: Scope) -> Correction | None:
+        """Maintenance: recount the user's usage from the store and correct the counter."""
+        return await self._ledger.reconcile(scope) if self._ledger is not None else None
+
+    async def _reserve_room(
+        self, scope: Scope, room: Room, new: Sequence[MemoryRecord], auto_prune: bool
+    ) -> None:
+        """The counted quota check of every write path: reserve `new` items in `room`
+        (to be settled by `self._ledger.write`), first purging expired items when the
+        quota looks full, then with `auto_prune` dropping the oldest live items to make
+        count room; a size overflow is always refused."""
+        assert self._ledger is not None
+        size = sum(size_of(r) for r in new)
+        purged = False
+        while True:
+            got = await self._ledger.reserve(scope, len(new), size, room.max_count, room.max_bytes)
+            if got.granted:
+                return
+            if not purged and await self._purge_expired(scope):
+                purged = True
+                continue
+            if got.outcome is Outcome.BYTES_FULL:
+                assert room.bytes_full is not None
+                raise room.bytes_full(size, got.held.bytes)
+            over = got.held.count + len(new) - room.max_count
+            if not auto_prune or len(new) > room.max_count or over <= 0:
+                raise room.count_full()
+            if not await self._drop_oldest(scope, room.live, over):
+                raise room.count_full()
+
     async def _count(self, flt: Filter) -> int:
         return await self._memory.call(self._memory.store.count, flt)
 
@@ -123,10 +201,11 @@ class ArchivingVectorTier:
 
     async def delete(self, lookup: Lookup) -> int:
         """A hard delete: these tiers keep no tombstones."""
-        ids = [r.id for r in await self._memory.by_ids(self._live(lookup.scope), lookup.ids)]
-        if ids:
-            await self._memory.call(self._memory.store.delete, ids)
-        return len(ids)
+        found = await self._memory.by_ids(self._live(lookup.scope), lookup.ids)
+        if found:
+            await self._memory.call(self._memory.store.delete, [r.id for r in found])
+            await self._forget(lookup.scope, found)
+        return len(found)
 
     async def _make_room(
         self,
@@ -135,6 +214,7 @@ class ArchivingVectorTier:
         limit: int,
         auto_prune: bool,
         full: Callable[[], QuotaExceeded],
+        scope: Scope,
     ) -> tuple[int, Operation]:
         """The count quota shared by every vector tier: under the limit, add; at it, refuse
         with `full()`, or with auto-prune drop the oldest tenth of what `flt` selects first.
@@ -143,16 +223,17 @@ class ArchivingVectorTier:
             return count, Operation.ADD
         if not auto_prune:
             raise full()
-        dropped = await self._drop_oldest(flt, math.ceil(count * AUTO_PRUNE_SHARE))
+        dropped = await self._drop_oldest(scope, flt, math.ceil(count * AUTO_PRUNE_SHARE))
         self._memory.observer.deleted(self.tier, "quota", dropped)
         return count - dropped, Operation.ADD_WITH_PRUNE
 
-    async def _drop_oldest(self, flt: Filter, n: int) -> int:
+    async def _drop_oldest(self, scope: Scope, flt: Filter, n: int) -> int:
         if n <= 0:
             return 0  # (a store refuses to list "the 0 oldest")
         oldest = await self._memory.records(flt, n, newest_first=False)
         if oldest:
             await self._memory.call(self._memory.store.delete, [r.id for r in oldest])
+            await self._forget(scope, [r for r in oldest if not r.deleted])
         return len(oldest)
 
     async def _archive_older_than(self, cmd: PruneCommand) -> int:
@@ -187,6 +268,7 @@ class ArchivingVectorTier:
                 if going:
                     await self._archive.put(scope, self.tier, going)
                     await memory.call(memory.store.delete, [r.id for r in going])
+                    await self._forget(scope, going)
                     moved += len(going)
 
     async def prune(self, cmd: PruneCommand) -> int:
@@ -202,28 +284,23 @@ class ArchivingVectorTier:
                 else:
                     archived = await self._archive.erase(scope, self.tier)
             everything = memory.scope_filter(scope, self.tier, live_only=False)
-            return archived + await memory.remove(everything, cmd.dry_run)
+            return archived + await self._remove(scope, everything, cmd.dry_run)
         if cmd.strategy is PruneStrategy.BY_FILTER:
             flt = memory.scope_filter(
                 scope, self.tier, live_only=False, extra=self._filter_conditions(cmd.filters)
             )
-            return await memory.remove(flt, cmd.dry_run)
+            return await self._remove(scope, flt, cmd.dry_run)
         if cmd.strategy is PruneStrategy.EXPIRED:
-            everything = memory.scope_filter(scope, self.tier, live_only=False)
-            dead = await self._count(everything) - await self._count(self._live(scope))
-            if not cmd.dry_run and dead:
-                expired = everything.and_(Range("expires_at", lte=self._clock()))
-                await memory.call(memory.store.delete_where, expired)
-                # Soft-deleted long-term items, or items imported with the mark.
-                deleted = everything.and_(MatchValue("deleted", True))
-                await memory.call(memory.store.delete_where, deleted)
-            return dead
+            if cmd.dry_run:
+                everything = memory.scope_filter(scope, self.tier, live_only=False)
+                return await self._count(everything) - await self._count(self._live(scope))
+            return await self._purge_expired(scope)
         if cmd.strategy is PruneStrategy.OLDEST_PERCENT:
             live = self._live(scope)
             n = math.ceil(await self._count(live) * cmd.percent / 100)
             if cmd.dry_run:
                 return n
-            return await self._drop_oldest(live, n)
+            return await self._drop_oldest(scope, live, n)
         raise Unimplemented(
             f"the {cmd.strategy.value} prune strategy on the {self.tier.value} tier"
         )
@@ -254,7 +331,13 @@ class ArchivingVectorTier:
         )
 
     async def _fit(
-        self, room: Room, new: Sequence[MemoryRecord], auto_prune: bool, *, apply: bool
+        self,
+        scope: Scope,
+        room: Room,
+        new: Sequence[MemoryRecord],
+        auto_prune: bool,
+        *,
+        apply: bool,
     ) -> None:
         """The quota check of every write path for `new` items in `room`: refuse when they
         do not fit, unless `auto_prune` may drop the oldest live items to make room (done
@@ -266,7 +349,8 @@ class ArchivingVectorTier:
             if not auto_prune or len(live) > room.max_count:
                 raise room.count_full()
             if apply:
-                count -= await self._drop_oldest(room.live, count + len(live) - room.max_count)
+                over = count + len(live) - room.max_count
+                count -= await self._drop_oldest(scope, room.live, over)
         if room.max_bytes and room.bytes_full is not None:
             new_bytes = sum(room.size_of(r) for r in live)
             used = await self._memory.bytes_used(
@@ -282,7 +366,18 @@ class ArchivingVectorTier:
         nothing, so every tier is checked before any tier is written."""
         for room, items in self._rooms(scope, records):
             plan = await self._memory.plan_restore(scope, items)
-            await self._fit(room, plan.new, auto_prune, apply=False)
+            if self._ledger is None:
+                await self._fit(scope, room, plan.new, auto_prune, apply=False)
+                continue
+            held = await self._ledger.held(scope)
+            new = [r for r in plan.new if not r.deleted]
+            size = sum(size_of(r) for r in new)
+            if held.count + len(new) > room.max_count and (
+                not auto_prune or len(new) > room.max_count
+            ):
+                raise room.count_full()
+            if room.max_bytes and room.bytes_full and held.bytes + size > room.max_bytes:
+                raise room.bytes_full(size, held.bytes)
 
     async def restore(
         self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool = False
@@ -298,9 +393,25 @@ class ArchivingVectorTier:
             )
             async with guard:
                 plan = await self._memory.plan_restore(scope, items)
-                if room is not None:
-                    await self._fit(room, plan.new, auto_prune, apply=True)
-                done = await self._memory.write_restore(scope, plan, self._compress_over_bytes)
+                done = await self._write_restore(scope, room, plan, auto_prune)
             result.imported_count += done.imported_count
             result.skipped_count += done.skipped_count
         return result
+
+    async def _write_restore(
+        self, scope: Scope, room: Room | None, plan: RestorePlan, auto_prune: bool
+    ) -> ImportResult:
+        """Fit the plan's new items in `room` (reserving them when counted), then write."""
+        memory = self._memory
+
+        async def write() -> ImportResult:
+            return await memory.write_restore(scope, plan, self._compress_over_bytes)
+
+        if room is None:
+            return await write()
+        if self._ledger is None:
+            await self._fit(scope, room, plan.new, auto_prune, apply=True)
+            return await write()
+        held = [r for r in plan.new if not r.deleted]
+        await self._reserve_room(scope, room, held, auto_prune)
+        return await self._ledger.write(scope, held, write)

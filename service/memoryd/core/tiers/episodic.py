@@ -138,6 +138,7 @@ class EpisodicTier(ArchivingVectorTier):
                 self._settings.max_episodes_per_agent,
                 auto_prune,
                 lambda: self._full(scope),
+                scope,
             )
             now = self._clock()
             record = MemoryRecord(
@@ -166,7 +167,7 @@ class EpisodicTier(ArchivingVectorTier):
         limit, of_agent = room.max_count, room.live
         async with self._locks(room.lock_key):
             count, operation = await self._make_room(
-                of_agent, await self._count(of_agent), limit, cmd.auto_prune, room.count_full
+                of_agent, await self._count(of_agent), limit, cmd.auto_prune, room.count_full, scope
             )
             now = self._clock()
             expires = now + self._settings.ttl_days * DAY_S

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 
 from memoryd.core.errors import FieldViolation, MemorydError, QuotaExceeded
 from memoryd.core.lifecycle.cold_archive import ColdArchive
+from memoryd.core.lifecycle.ledger import Ledger
 from memoryd.core.lifecycle.quotas import QuotaProfiles, quota_full, quota_percent
 from memoryd.core.memory.payload import content_hash, embed_text_for, embed_text_of, to_payload
 from memoryd.core.memory.vector_memory import (
@@ -31,9 +34,10 @@ from memoryd.core.models import (
 )
 from memoryd.core.ratelimit_log import EveryFewSeconds
 from memoryd.core.text import utf8_len
-from memoryd.core.tiers.archiving import ArchivingVectorTier, Room
+from memoryd.core.tiers.archiving import AUTO_PRUNE_SHARE, ArchivingVectorTier, Room
 from memoryd.core.validation import Violations
 from memoryd.settings import LongTermSettings, QuotaSettings
+from memoryd.stores.usage.port import Outcome, UsageCounters
 from memoryd.stores.vectors.port import Filter, HasId, MatchAny, MatchValue, canonical_id
 
 log = logging.getLogger(__name__)
@@ -57,8 +61,9 @@ class LongTermTier(ArchivingVectorTier):
         max_content_bytes: int = 65_536,
         *,
         foreign_kinds: frozenset[Kind],
+        counters: UsageCounters,
     ) -> None:
-        super().__init__(memory, clock, archive, settings.compress_over_bytes)
+        super().__init__(memory, clock, archive, settings.compress_over_bytes, counters)
         # Kinds that belong to other tiers (the registry knows which).
         self._foreign_kinds = foreign_kinds
         self._max_content_bytes = max_content_bytes
@@ -146,84 +151,127 @@ class LongTermTier(ArchivingVectorTier):
     def _embed_text(cmd: AddCommand) -> str:
         return embed_text_for(Tier.LONG_TERM.value, "", cmd.content, cmd.metadata)
 
+    @property
+    def _counted(self) -> Ledger:
+        assert self._ledger is not None  # long-term memory always counts its usage
+        return self._ledger
+
     async def _add_for_user(
         self, cmds: Sequence[AddCommand], embedded: Mapping[str, list[float]]
     ) -> list[AddResult | MemorydError]:
         """`cmds` all belong to one user, whose lock is held; `embedded` has the vectors
-        of their texts."""
-        scope = cmds[0].scope
-        live = self._memory.scope_filter(scope, Tier.LONG_TERM)
-        profile = self._quotas.profile_for(scope)
-        limit = profile.limits.long_term_max_memories
-        max_bytes = profile.limits.long_term_max_bytes
+        of their texts. The quota is a reservation
+        on the usage counters (atomic across replicas): one for the whole batch when it
+        fits, else one per memory, in order."""
+        scope, ledger = cmds[0].scope, self._counted
+        room = self._room(scope)
+        limit = room.max_count
         digests = [content_hash(c.scope, Tier.LONG_TERM, "", c.content) for c in cmds]
         deduped = {d for c, d in zip(cmds, digests, strict=True) if c.kind is not Kind.MESSAGE}
-        stored = await self._stored_ids(live, deduped)
-        sizes = [len(c.content.encode()) for c in cmds]
-        # Bytes of this and every later memory (an upper bound): room the stored ones
-        # must leave for the whole batch to fit without reading their sizes.
-        to_come = sum(sizes)
-        count = await self._memory.call(self._memory.store.count, live)
-        used: int | None = None  # stored content bytes, read when first needed
-        added_bytes = 0
+        stored = await self._stored_ids(room.live, deduped)
+        sizes = [utf8_len(c.content) for c in cmds]
+        firsts: dict[str, int] = {}
+        writes = [
+            i
+            for i, (c, d) in enumerate(zip(cmds, digests, strict=True))
+            if c.kind is Kind.MESSAGE or (d not in stored and firsts.setdefault(d, i) == i)
+        ]
+        if writes:
+            whole = await ledger.reserve(
+                scope, len(writes), sum(sizes[i] for i in writes), limit, room.max_bytes
+            )
+            prepaid, held = whole.granted, whole.held.count
+        else:  # nothing new: every memory is there already
+            prepaid, held = True, (await ledger.held(scope)).count
+        # `held`: what the user holds after the last memory placed.
+        # Reserved and not yet written: settled once written, released on any failure.
+        owed = [len(writes), sum(sizes[i] for i in writes)] if prepaid else [0, 0]
         first_of: dict[str, str] = {}  # digest -> id of a memory this batch adds
         taken: dict[str, int] = {}  # session -> positions this batch handed out
         points: list[NewPoint] = []
         outcomes: list[AddResult | MemorydError] = []
-        for cmd, digest, new_bytes in zip(cmds, digests, sizes, strict=True):
-            same = stored.get(digest) or first_of.get(digest)
-            if cmd.kind is not Kind.MESSAGE and same is not None:
-                to_come -= new_bytes
-                outcomes.append(
-                    AddResult(same, Operation.DEDUPLICATED, Tier.LONG_TERM, max(0, limit - count))
-                )
-                continue
-            try:
-                if count >= limit and cmd.auto_prune and points:
-                    # Auto-prune drops the oldest stored memories: this batch's earlier
-                    # ones are written first, as a run of single Adds would have.
-                    await self._memory.insert(points)
-                    points, added_bytes, used = [], 0, None
-                before = count
-                count, operation = await self._make_room(
-                    live, count, limit, cmd.auto_prune, lambda: self._count_full(scope, limit)
-                )
-                if count < before:
-                    used = None  # the stored memories changed
-                if count >= limit:  # nothing was left to drop
-                    raise self._count_full(scope, limit)
-                if used is None:
-                    used = await self._memory.bytes_used(
-                        live,
-                        count - len(points),
-                        max_bytes - added_bytes - to_come,
-                        self._max_content_bytes,
+
+        async def flush() -> None:
+            nonlocal points
+            await self._memory.insert(points)
+            await ledger.settle(scope, owed[0], owed[1], [p.record.id for p in points])
+            points, owed[:] = [], [0, 0]
+
+        try:
+            for cmd, digest, new_bytes in zip(cmds, digests, sizes, strict=True):
+                same = stored.get(digest) or first_of.get(digest)
+                if cmd.kind is not Kind.MESSAGE and same is not None:
+                    outcomes.append(
+                        AddResult(
+                            same, Operation.DEDUPLICATED, Tier.LONG_TERM, max(0, limit - held)
+                        )
                     )
-                if used + added_bytes + new_bytes > max_bytes:
-                    # Auto-prune frees room by count only; a byte overflow is always refused.
-                    raise self._bytes_full(scope, new_bytes, used + added_bytes, max_bytes)
-            except QuotaExceeded as exc:
-                outcomes.append(exc)
-                to_come -= new_bytes
-                continue
-            to_come -= new_bytes
-            added_bytes += new_bytes
-            kind = Kind.NOTE if cmd.kind is Kind.UNSPECIFIED else cmd.kind
-            record = cmd.new_record(cmd.content, kind, self._clock(), cmd.expires_at)
-            if cmd.scope.session_id:
-                # A turn's place in its session, counting those this batch already placed.
-                session = cmd.scope.session_id
-                record.position = await self._next_position(cmd.scope, taken.get(session, 0))
-                taken[session] = taken.get(session, 0) + 1
-            point = self._new_point(record, cmd.scope)
-            # The stored text is the one embedded before the lock unless the record's
-            # payload says otherwise (then `insert` embeds it).
-            points.append(replace(point, vector=embedded.get(point.embed_text)))
-            first_of.setdefault(digest, record.id)
-            count += 1
-            outcomes.append(AddResult(record.id, operation, Tier.LONG_TERM, max(0, limit - count)))
-        await self._memory.insert(points)
+                    continue
+                operation = Operation.ADD
+                if prepaid:
+                    held += 1
+                else:
+                    try:
+                        operation, held = await self._reserve_one(
+                            scope, room, new_bytes, cmd.auto_prune, flush
+                        )
+                    except QuotaExceeded as exc:
+                        outcomes.append(exc)
+                        continue
+                    owed[0], owed[1] = owed[0] + 1, owed[1] + new_bytes
+                kind = Kind.NOTE if cmd.kind is Kind.UNSPECIFIED else cmd.kind
+                record = cmd.new_record(cmd.content, kind, self._clock(), cmd.expires_at)
+                if cmd.scope.session_id:
+                    # A turn's place in its session, counting those this batch already placed.
+                    session = cmd.scope.session_id
+                    record.position = await self._next_position(cmd.scope, taken.get(session, 0))
+                    taken[session] = taken.get(session, 0) + 1
+                point = self._new_point(record, cmd.scope)
+                # The stored text is the one embedded before the lock unless the record's
+                # payload says otherwise (then `insert` embeds it).
+                points.append(replace(point, vector=embedded.get(point.embed_text)))
+                first_of.setdefault(digest, record.id)
+                outcomes.append(
+                    AddResult(record.id, operation, Tier.LONG_TERM, max(0, limit - held))
+                )
+            await flush()
+        except BaseException:
+            await asyncio.shield(ledger.release(scope, owed[0], owed[1]))
+            raise
         return outcomes
+
+    async def _reserve_one(
+        self,
+        scope: Scope,
+        room: Room,
+        size: int,
+        auto_prune: bool,
+        flush: Callable[[], Awaitable[None]],
+    ) -> tuple[Operation, int]:
+        """Reserve one memory of `size` bytes; when the count is full, expired memories are
+        purged first, then with `auto_prune` the oldest tenth is dropped (after `flush`
+        wrote the batch's earlier memories, as a run of single Adds would have). A size
+        overflow is always refused. Returns the operation and the count held after it."""
+        ledger, operation, purged = self._counted, Operation.ADD, False
+        while True:
+            got = await ledger.reserve(scope, 1, size, room.max_count, room.max_bytes)
+            if got.granted:
+                return operation, got.held.count + 1
+            if not purged:
+                purged = True
+                if await self._purge_expired(scope):
+                    continue
+            if got.outcome is Outcome.BYTES_FULL:
+                raise self._bytes_full(scope, size, got.held.bytes, room.max_bytes)
+            if not auto_prune or operation is Operation.ADD_WITH_PRUNE:
+                raise room.count_full()
+            await flush()
+            share = math.ceil(got.held.count * AUTO_PRUNE_SHARE)
+            dropped = await self._drop_oldest(scope, room.live, share)
+            self._memory.observer.deleted(self.tier, "quota", dropped)
+            if not dropped:
+                raise room.count_full()
+            operation = Operation.ADD_WITH_PRUNE
 
     async def _stored_ids(self, live: Filter, digests: set[str]) -> dict[str, str]:
         """The id of a stored memory for each content hash the user already has."""
@@ -252,16 +300,6 @@ class LongTermTier(ArchivingVectorTier):
         )
         last = await self._memory.records(session, 1, newest_first=True, order_by="position")
         return (last[0].position if last else 0) + 1 + taken
-
-    def _count_full(self, scope: Scope, limit: int) -> QuotaExceeded:
-        profile = self._quotas.profile_for(scope)
-        return quota_full(
-            f"long_term:{scope.user_id}",
-            "long_term.max_memories",
-            limit,
-            f"long-term memory is full (max: {limit:,} memories, quota profile "
-            f"{profile.name!r}); delete old memories or upgrade your plan",
-        )
 
     def _bytes_full(self, scope: Scope, new_bytes: int, size: int, max_bytes: int) -> QuotaExceeded:
         profile = self._quotas.profile_for(scope)
@@ -318,27 +356,33 @@ class LongTermTier(ArchivingVectorTier):
         return stored
 
     async def _copy(self, scope: Scope, points: list[NewPoint]) -> int:
-        memory, room = self._memory, self._room(scope)
+        memory, room, ledger = self._memory, self._room(scope), self._counted
         async with self._locks(room.lock_key):
             ids = [p.record.id for p in points]
             known = {p.id for p in await memory.call(memory.store.retrieve, ids)}
             new = [p for p in points if canonical_id(p.record.id) not in known]
-            count = await self._count(room.live)
-            if (over := count + len(new) - room.max_count) > 0:
-                copies = Filter(
-                    must=[room.live, MatchValue("kind", Kind.MESSAGE.value)],
-                    must_not=[HasId(sorted(known))] if known else [],
-                )
-                count -= await self._drop_oldest(copies, over)
-            # What still does not fit: the batch's oldest messages go without a copy.
-            skipped = new[: max(0, count + len(new) - room.max_count)]
-            new = new[len(skipped) :]
-            new_bytes = sum(utf8_len(p.record.content) for p in new)
-            used = await memory.bytes_used(
-                room.live, count, room.max_bytes - new_bytes, self._max_content_bytes
-            )
-            while new and used + new_bytes > room.max_bytes:
-                new_bytes -= utf8_len(new[0].record.content)
+            skipped: list[NewPoint] = []
+            purged = dropped = False
+            while new:
+                size = sum(utf8_len(p.record.content) for p in new)
+                got = await ledger.reserve(scope, len(new), size, room.max_count, room.max_bytes)
+                if got.granted:
+                    break
+                if not purged:
+                    purged = True
+                    if await self._purge_expired(scope):
+                        continue
+                over = got.held.count + len(new) - room.max_count
+                if not dropped and over > 0:
+                    # Room is made from the oldest message copies only.
+                    dropped = True
+                    copies = Filter(
+                        must=[room.live, MatchValue("kind", Kind.MESSAGE.value)],
+                        must_not=[HasId(sorted(known))] if known else [],
+                    )
+                    if await self._drop_oldest(scope, copies, over):
+                        continue
+                # What still does not fit: the batch's oldest messages go without a copy.
                 skipped.append(new.pop(0))
             if skipped:
                 _copies_log.warning(
@@ -349,16 +393,18 @@ class LongTermTier(ArchivingVectorTier):
                     len(skipped),
                 )
             left_out = {p.record.id for p in skipped}
-            await memory.insert([p for p in points if p.record.id not in left_out])
+            writing = [p for p in points if p.record.id not in left_out]
+            await ledger.write(scope, [p.record for p in new], lambda: memory.insert(writing))
         return len(new)
 
     async def delete(self, lookup: Lookup) -> int:
         """Soft delete: hidden at once, purged by a later Prune (EXPIRED or ALL)."""
-        ids = [r.id for r in await self._memory.by_ids(self._live(lookup.scope), lookup.ids)]
-        if ids:
+        found = await self._memory.by_ids(self._live(lookup.scope), lookup.ids)
+        if found:
             patch = {"deleted": True, "updated_at": self._clock()}
-            await self._memory.call(self._memory.store.set_payload, ids, patch)
-        return len(ids)
+            await self._memory.call(self._memory.store.set_payload, [r.id for r in found], patch)
+            await self._forget(lookup.scope, found)
+        return len(found)
 
     def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
         problems = check_vector_restore(record)
@@ -367,8 +413,9 @@ class LongTermTier(ArchivingVectorTier):
         return problems
 
     async def usage(self, scope: Scope) -> TierUsage:
-        """Live memories (what the quota counts) and their content bytes."""
-        count, size = await self._memory.measure(self._live(scope))
+        """Memories held (what the quota counts) and their content bytes: the counters."""
+        held = await self._counted.held(scope)
+        count, size = held.count, held.bytes
         profile = self._quotas.profile_for(scope)
         max_count = profile.limits.long_term_max_memories
         max_bytes = profile.limits.long_term_max_bytes

@@ -26,6 +26,7 @@ from memoryd.core.tiers.structured import StructuredTier
 from memoryd.core.tiers.working import WorkingTier
 from memoryd.settings import RetentionSettings, Settings
 from memoryd.stores.hot.port import HotStore
+from memoryd.stores.usage.port import UsageCounters
 
 
 class StoreFamily(StrEnum):
@@ -45,6 +46,8 @@ class TierDeps:
     memory: VectorMemory
     archive: ColdArchive
     quotas: QuotaProfiles
+    # Per user and tier usage (count, bytes): what vector tiers' quotas and Usage read.
+    counters: UsageCounters
     on_message: MessageListener | None = None
 
 
@@ -103,6 +106,7 @@ def _long_term(d: TierDeps) -> TierHandler:
         d.quotas,
         d.settings.limits.max_content_bytes,
         foreign_kinds=kinds_owned_elsewhere(Tier.LONG_TERM),
+        counters=d.counters,
     )
 
 

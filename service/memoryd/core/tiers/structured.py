@@ -132,6 +132,7 @@ class StructuredTier(ArchivingVectorTier):
                     limit,
                     f"structured memory is full (max: {limit:,} documents)",
                 ),
+                scope,
             )
             size = await self._memory.bytes_used(
                 live, count, max_bytes - new_bytes, self._max_content_bytes

@@ -1,0 +1,148 @@
+"""A vector tier's usage ledger: the usage counters (stores/usage) of one tier, kept on
+every write path so that quota checks and Usage cost one counter step, never a scan.
+
+The vector store stays the record: a counter missing (a new user, a restart of the
+in-process adapter, a Redis that lost its data) is rebuilt from it on first use, and
+maintenance recounts each user and corrects drift (`reconcile`).
+
+What is counted is what the user *holds*: items not deleted, expired ones included until
+the expiry purge removes them (a quota that looks full first purges the user's expired
+items, so they never take room from a write).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from memoryd.core.errors import StoreUnavailable
+from memoryd.core.models import MemoryRecord, Scope, Tier
+from memoryd.core.ratelimit_log import EveryFewSeconds
+from memoryd.core.text import utf8_len
+from memoryd.stores.usage.port import (
+    Correction,
+    Counted,
+    CounterKey,
+    CountersUnavailable,
+    Outcome,
+    Reservation,
+    UsageCounters,
+)
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+_down_log = EveryFewSeconds(log, interval_s=60.0)
+# Recount attempts per user when the counter keeps moving under maintenance.
+_CORRECT_TRIES = 3
+
+
+def size_of(record: MemoryRecord) -> int:
+    """The bytes an item counts for: its content's (payload `size`)."""
+    return utf8_len(record.content)
+
+
+class Ledger:
+    def __init__(
+        self,
+        counters: UsageCounters,
+        tier: Tier,
+        recount: Callable[[Scope], Awaitable[tuple[int, int]]],
+    ) -> None:
+        """`recount(scope)`: what the store holds for the user (count, content bytes)."""
+        self._counters = counters
+        self._tier = tier
+        self._recount = recount
+
+    def _key(self, scope: Scope) -> CounterKey:
+        return CounterKey(scope.tenant, scope.user_id, self._tier.value)
+
+    async def _step(self, step: Awaitable[T]) -> T:
+        try:
+            return await step
+        except CountersUnavailable as exc:
+            raise StoreUnavailable("usage counters", str(exc)) from exc
+
+    async def _after(self, step: Awaitable[object]) -> None:
+        """A step after the store changed (settle, release, forget): if the counters are
+        out of reach, the write stands and the counter is left high (a quota refuses a
+        little early, never late) until maintenance recounts the user."""
+        try:
+            await step
+        except CountersUnavailable as exc:
+            _down_log.warning("usage counters unreachable (%s); maintenance will recount", exc)
+
+    async def _rebuild(self, scope: Scope) -> None:
+        count, size = await self._recount(scope)
+        await self._step(self._counters.init(self._key(scope), Counted(count, size)))
+
+    async def held(self, scope: Scope) -> Counted:
+        """What the user holds; while the counters are out of reach, recounted from the
+        store (Usage keeps answering; writes, which need a reservation, do not)."""
+        try:
+            while True:
+                got = await self._counters.get(self._key(scope))
+                if got is not None:
+                    return got
+                count, size = await self._recount(scope)
+                await self._counters.init(self._key(scope), Counted(count, size))
+        except CountersUnavailable:
+            count, size = await self._recount(scope)
+            return Counted(count, size)
+
+    async def reserve(
+        self, scope: Scope, count: int, size: int, max_count: int, max_bytes: int
+    ) -> Reservation:
+        """Count a write of `count` items and `size` bytes if it fits the limits (0: none):
+        a granted reservation must then be `settle`d or `release`d (see `write`)."""
+        while True:
+            got = await self._step(
+                self._counters.reserve(self._key(scope), count, size, max_count, max_bytes)
+            )
+            if got.outcome is not Outcome.MISSING:
+                return got
+            await self._rebuild(scope)
+
+    async def write(
+        self, scope: Scope, records: Sequence[MemoryRecord], write: Callable[[], Awaitable[T]]
+    ) -> T:
+        """Run the `write` of `records` reserved before: settled if it lands, released if
+        it fails (or is cancelled), so a failed write never keeps its room."""
+        count, size = len(records), sum(size_of(r) for r in records)
+        try:
+            result = await write()
+        except BaseException:
+            await asyncio.shield(self.release(scope, count, size))
+            raise
+        await self.settle(scope, count, size, [r.id for r in records])
+        return result
+
+    async def settle(self, scope: Scope, count: int, size: int, ids: Sequence[str]) -> None:
+        """A reserved write of `count` items, `size` bytes (`ids`) landed."""
+        if count or size:
+            await self._after(self._counters.settle(self._key(scope), count, size, ids))
+
+    async def release(self, scope: Scope, count: int, size: int) -> None:
+        if count or size:
+            await self._after(self._counters.release(self._key(scope), count, size))
+
+    async def forget(self, scope: Scope, removed: Sequence[MemoryRecord]) -> None:
+        """Uncount items just removed (deleted, pruned, purged, archived); an id removed
+        twice (by two replicas at once) is uncounted once."""
+        if removed:
+            items = {r.id: size_of(r) for r in removed}
+            await self._after(self._counters.forget(self._key(scope), items))
+
+    async def reconcile(self, scope: Scope) -> Correction | None:
+        """Recount the user from the store and correct the counter; None when it kept
+        moving (writes of this user during each recount: the next run tries again)."""
+        key = self._key(scope)
+        for _ in range(_CORRECT_TRIES):
+            snap = await self._step(self._counters.snapshot(key))
+            count, size = await self._recount(scope)
+            version = snap.version if snap is not None else 0
+            done = await self._step(self._counters.correct(key, version, Counted(count, size)))
+            if done is not None:
+                return done
+        return None

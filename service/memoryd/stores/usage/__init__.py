@@ -1,0 +1,55 @@
+"""Usage counters: the `UsageCounters` port (port.py) and one module per adapter.
+
+`ADAPTERS` names every adapter; `adapter_name` reads which one the settings choose. Each
+factory imports its module when called. A new adapter is its module plus one line in
+`ADAPTERS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from memoryd.settings import Settings
+    from memoryd.stores.usage.port import UsageCounters
+
+CountersFactory: TypeAlias = "Callable[[Settings], UsageCounters]"
+
+
+def _in_process(settings: Settings) -> UsageCounters:
+    from memoryd.stores.usage.memory_counters import InProcessCounters
+
+    return InProcessCounters()
+
+
+def _redis(settings: Settings) -> UsageCounters:
+    from memoryd.stores.usage.redis_counters import RedisCounters
+
+    if not settings.redis_url:
+        raise ValueError("the redis usage counters need redis_url")
+    return RedisCounters.from_url(settings.redis_url)
+
+
+def _redis_cluster(settings: Settings) -> UsageCounters:
+    from memoryd.stores.usage.redis_counters import RedisCounters
+
+    if not settings.redis_url:
+        raise ValueError("the redis cluster usage counters need redis_url (any node of it)")
+    return RedisCounters.from_url(settings.redis_url, cluster=True)
+
+
+ADAPTERS: dict[str, CountersFactory] = {
+    "in_process": _in_process,
+    "redis": _redis,
+    "redis_cluster": _redis_cluster,
+}
+
+
+def adapter_name(settings: Settings) -> str:
+    """Redis (or a Redis Cluster) when a URL is configured, so that every replica counts
+    in one place; else the server's own memory, rebuilt from the vector store on first use
+    after each start."""
+    if not settings.redis_url:
+        return "in_process"
+    return "redis_cluster" if settings.redis_cluster else "redis"

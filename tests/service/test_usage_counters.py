@@ -1,0 +1,237 @@
+"""Long-term usage is counted on every write path (Add, AddBatch, message copies, Import,
+Delete, every Prune, expiry, archive, erasure), so quota checks and Usage never read the
+user's memories; the counters always agree with what the store holds, a failed write gives
+its room back, and maintenance (or first use) rebuilds a counter that drifted or was lost.
+Each test runs with the in-process counters, on one Redis and on a Redis Cluster."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+import pytest
+import redis.asyncio as aioredis
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from clock import MovableClock
+from conftest import RunningServer, ServerFactory
+from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
+from memoryd.stores.usage.port import CounterKey
+from memoryd.v1 import memory_pb2 as pb
+from openai_stub import start_openai_stub
+from redis_cluster import RedisCluster
+from redis_server import RedisServer
+from rpc import quota_failure, rpc_error, scope
+
+LT, ST = pb.TIER_LONG_TERM, pb.TIER_SHORT_TERM
+DAY_S = 86_400
+
+
+@pytest.fixture(params=["in_process", "redis", "redis_cluster"])
+def counted_by(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Server settings for each place the counters live."""
+    if request.param == "redis":
+        return {"redis_url": request.getfixturevalue("redis_server").url}
+    if request.param == "redis_cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        return {"redis_url": cluster.url, "redis_cluster": True}
+    return {}
+
+
+async def held(s: RunningServer, user: str) -> tuple[int, int]:
+    """What the store holds for the user (from Export): memories not deleted, and their
+    content bytes."""
+    dump = [r async for r in s.stub.Export(pb.ExportRequest(scope=scope(user), tiers=[LT]))]
+    items = [r.item for r in dump if r.HasField("item") and not r.item.deleted]
+    return len(items), sum(len(i.content.encode()) for i in items)
+
+
+async def counted(s: RunningServer, user: str) -> tuple[int, int]:
+    usage = await s.stub.Usage(pb.UsageRequest(scope=scope(user)))
+    [lt] = [t for t in usage.tiers if t.tier == LT]
+    return lt.count, lt.bytes
+
+
+async def agree(s: RunningServer, user: str) -> tuple[int, int]:
+    now = await held(s, user)
+    assert await counted(s, user) == now
+    return now
+
+
+def at(epoch_s: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(datetime.fromtimestamp(epoch_s, UTC))
+    return ts
+
+
+def add(user: str, content: str, **kw: Any) -> pb.AddRequest:
+    return pb.AddRequest(scope=scope(user), tier=LT, content=content, **kw)
+
+
+def import_stream(user: str, contents: list[str]) -> Iterator[pb.ImportRequest]:
+    items = [
+        pb.MemoryItem(id=str(uuid.uuid4()), tier=LT, kind=pb.KIND_NOTE, content=c) for c in contents
+    ]
+    digest = hashlib.sha256()
+    yield pb.ImportRequest(scope=scope(user))
+    for i in items:
+        digest.update(i.SerializeToString(deterministic=True))
+        yield pb.ImportRequest(item=i)
+    yield pb.ImportRequest(
+        trailer=pb.ExportTrailer(item_count=len(items), checksum_sha256=digest.hexdigest())
+    )
+
+
+async def test_usage_follows_every_write_path(
+    start_server: ServerFactory, counted_by: dict[str, Any], user_id: str
+) -> None:
+    clock = MovableClock()
+    s = await start_server(clock=clock, **counted_by)
+    u = user_id
+    kept = await s.stub.Add(add(u, "The user likes green tea"))
+    await s.stub.Add(add(u, "The user likes green tea"))  # deduplicated: nothing more held
+    await s.stub.Add(add(u, "Lives in Lisbon", metadata={"topic": "home"}))
+    await s.stub.Add(add(u, "Leaves soon", expires_at=at(clock.now + DAY_S)))
+    assert await agree(s, u) == (3, 50)
+
+    batch = [add(u, f"Batch fact number {n}") for n in range(3)]
+    await s.stub.AddBatch(pb.AddBatchRequest(items=batch))
+    assert (await agree(s, u))[0] == 6
+
+    for text in ("Hello there", "How are you?"):
+        said = pb.AddRequest(scope=scope(u, session_id="chat"), tier=ST, content=text)
+        await s.stub.Add(said)
+    await s.app.copier.drain()  # the durable copies in long-term memory
+    assert (await agree(s, u))[0] == 8
+
+    reply = await s.stub.Import(import_stream(u, ["Imported one", "Imported two"]))
+    assert reply.imported_count == 2
+    assert (await agree(s, u))[0] == 10
+
+    await s.stub.Delete(pb.DeleteRequest(scope=scope(u), tier=LT, ids=[kept.memory_id]))
+    await s.stub.Delete(pb.DeleteRequest(scope=scope(u), tier=LT, ids=[kept.memory_id]))
+    assert (await agree(s, u))[0] == 9
+
+    await s.stub.Prune(
+        pb.PruneRequest(
+            scope=scope(u),
+            tiers=[LT],
+            strategy=pb.PRUNE_STRATEGY_BY_FILTER,
+            filters={"topic": "home"},
+        )
+    )
+    assert (await agree(s, u))[0] == 8
+
+    await s.stub.Prune(
+        pb.PruneRequest(
+            scope=scope(u), tiers=[LT], strategy=pb.PRUNE_STRATEGY_OLDEST_PERCENT, percent=20
+        )
+    )
+    assert (await agree(s, u))[0] == 6
+
+    clock.advance(2 * DAY_S)  # "Leaves soon" expired; the purge removes it (and the deleted one)
+    await s.stub.Prune(
+        pb.PruneRequest(scope=scope(u), tiers=[LT], strategy=pb.PRUNE_STRATEGY_EXPIRED)
+    )
+    assert (await agree(s, u))[0] == 5
+
+    clock.advance(400 * DAY_S)  # past long-term retention: archived by maintenance
+    await s.stub.Add(add(u, "A new memory after a year"))
+    report = await s.app.maintenance.run_once()
+    assert report.archived >= 5 and report.corrected == 0
+    assert await agree(s, u) == (1, len(b"A new memory after a year"))
+
+    await s.stub.Prune(pb.PruneRequest(scope=scope(u), strategy=pb.PRUNE_STRATEGY_ALL))
+    assert await agree(s, u) == (0, 0)
+
+
+async def test_auto_prune_and_refusals_keep_the_count_exact(
+    start_server: ServerFactory, counted_by: dict[str, Any], user_id: str
+) -> None:
+    s = await start_server(long_term={"max_memories": 10, "max_bytes": 400}, **counted_by)
+    for n in range(10):
+        await s.stub.Add(add(user_id, f"Fact {n}"))
+    err = await rpc_error(s.stub.Add(add(user_id, "One too many")))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert quota_failure(err).violations[0].subject == f"long_term:{user_id}"
+    pruned = await s.stub.Add(add(user_id, "Makes room", auto_prune=True))
+    assert pruned.operation == pb.OPERATION_ADD_WITH_PRUNE
+    assert await agree(s, user_id) == (10, 6 * 9 + len(b"Makes room"))
+    big = await rpc_error(s.stub.Add(add(user_id, "x" * 400, auto_prune=True)))
+    assert "max: 400 bytes" in (big.details() or "")
+    await agree(s, user_id)
+
+
+async def test_a_failed_write_gives_its_room_back(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    api = start_openai_stub(dim=8)
+    try:
+        model = OpenAIEmbedder("k", base_url=api.url, dimensions=8, max_retries=0)
+        s = await start_server(model=model, long_term={"max_memories": 2})
+        await s.stub.Add(add(user_id, "First"))
+        api.behaviour.status = 400  # the next write fails
+        err = await rpc_error(s.stub.Add(add(user_id, "Never stored")))
+        assert err.code() == grpc.StatusCode.UNAVAILABLE
+        api.behaviour.status = 200
+        assert await agree(s, user_id) == (1, len(b"First"))
+        await s.stub.Add(add(user_id, "Second"))  # the failed write kept no room
+        assert (await agree(s, user_id))[0] == 2
+    finally:
+        api.stop()
+
+
+async def test_maintenance_corrects_a_counter_that_drifted(
+    start_server: ServerFactory, counted_by: dict[str, Any], user_id: str
+) -> None:
+    s = await start_server(long_term={"max_memories": 5}, **counted_by)
+    for n in range(3):
+        await s.stub.Add(add(user_id, f"Fact {n}"))
+    assert s.app.counters is not None
+    key = CounterKey("default", user_id, "long_term")
+    # Drift: a removal counted that never happened in the store.
+    await s.app.counters.forget(key, {str(uuid.uuid4()): 6, str(uuid.uuid4()): 6})
+    assert await counted(s, user_id) == (1, 6)
+    report = await s.app.maintenance.run_once()
+    assert report.corrected == 1
+    assert await agree(s, user_id) == (3, 18)
+    for n in range(3, 5):
+        await s.stub.Add(add(user_id, f"Fact {n}"))
+    full = await rpc_error(s.stub.Add(add(user_id, "Over the quota")))
+    assert full.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_a_counter_lost_with_the_redis_data_is_rebuilt_from_the_store(
+    start_server: ServerFactory, redis_server: RedisServer, user_id: str
+) -> None:
+    s = await start_server(redis_url=redis_server.url, long_term={"max_memories": 4})
+    for n in range(4):
+        await s.stub.Add(add(user_id, f"Fact {n}"))
+    client = aioredis.Redis.from_url(redis_server.url)
+    try:
+        await client.flushall()  # Redis restarted empty
+    finally:
+        await client.aclose()
+    full = await rpc_error(s.stub.Add(add(user_id, "Not read as zero")))
+    assert full.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert await agree(s, user_id) == (4, 24)
+
+
+async def test_a_counter_dropped_on_a_cluster_is_rebuilt_from_the_store(
+    start_server: ServerFactory, redis_cluster: RedisCluster, user_id: str
+) -> None:
+    s = await start_server(
+        redis_url=redis_cluster.url, redis_cluster=True, long_term={"max_memories": 4}
+    )
+    for n in range(3):
+        await s.stub.Add(add(user_id, f"Fact {n}"))
+    assert s.app.counters is not None
+    await s.app.counters.drop(CounterKey("default", user_id, "long_term"))
+    assert await counted(s, user_id) == (3, 18)
+    await s.stub.Add(add(user_id, "Fact 3"))
+    full = await rpc_error(s.stub.Add(add(user_id, "Over")))
+    assert full.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
