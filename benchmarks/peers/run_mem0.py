@@ -15,7 +15,9 @@ one after the other, with the same embedder (all-MiniLM-L6-v2 from the
   that the per-Add byte check never scans the user's memories (that scan is what the
   usage counters of issue 18 remove);
 * mem0: benchmarks/peers/mem0_workload.py in benchmarks/peers/.venv-mem0, `Memory.add`
-  with ``infer=False`` (one message per call, then `--batch` messages per call), then
+  with ``infer=False`` (one message per call) for the first `--single-adds`, the rest by
+  mem0's own `embed_batch` then its `_create_memory` per item (mem0 has no public add that
+  batches embeddings; see mem0_workload.py), then
   `Memory.search` (top_k 10) per query. See that file for its configuration.
 
 Prints both sides and the ratios, and writes them as JSON (`--json`).
