@@ -258,6 +258,32 @@ def test_term_id_arrays_match_any_one_of_their_ids(store: VectorStore) -> None:
     assert store.count(scope().and_(MatchValue(TERMS_FIELD, 8))) == 0
 
 
+def test_count_each_counts_every_value_within_the_filter(store: VectorStore) -> None:
+    # One call for all of a query's term ids; the filter (with its OR group and exclusion)
+    # applies to every count, as `count` of the filter and the value would.
+    def with_terms(n: int, term_ids: list[int], **payload: Any) -> VectorPoint:
+        return point(n, **{TERMS_FIELD: term_ids, **payload})
+
+    store.upsert(
+        [
+            with_terms(1, [7, 4_000_000_000], tier="long_term"),
+            with_terms(2, [7], tier="persona"),
+            with_terms(3, [7, 9], tier="long_term", deleted=True),
+            with_terms(4, [9], user="bob", tier="long_term"),
+        ]
+    )
+    live = Filter(
+        must=[*scope().must, Filter(should=[MatchValue("tier", "long_term"), IsEmpty("tier")])],
+        must_not=[MatchValue("deleted", True)],
+    )
+    terms = [7, 9, 4_000_000_000, 8]
+    assert store.count_each(live, TERMS_FIELD, terms) == [1, 0, 1, 0]
+    assert store.count_each(scope(), TERMS_FIELD, terms) == [
+        store.count(scope().and_(MatchValue(TERMS_FIELD, t))) for t in terms
+    ]
+    assert store.count_each(scope(), TERMS_FIELD, []) == []
+
+
 def test_range_on_created_at_honours_open_and_closed_bounds(store: VectorStore) -> None:
     store.upsert([point(n) for n in range(1, 6)])  # created_at = 1.0 .. 5.0
 

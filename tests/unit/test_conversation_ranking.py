@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import pytest
 
 from memoryd.core.retrieval.conversation import (
@@ -92,3 +95,21 @@ def test_with_a_context_window_hits_inside_a_taken_hits_window_are_skipped() -> 
     assert [m.id for m in spread(ranked, 3, window=1)] == ["a", "c", "d"]
     assert [m.id for m in spread(ranked, 3, window=0)] == ["a", "b", "c"]
     assert [m.id for m in spread(ranked, 3, window=3)] == ["a", "c", "e"]
+
+
+def test_mmr_takes_the_best_then_whatever_adds_most_beside_what_it_took() -> None:
+    from memoryd.core.memory.vector_memory import _Candidate, diversify
+
+    def unit(*xs: float) -> np.ndarray[Any, np.dtype[np.float32]]:
+        v = np.asarray(xs, dtype=np.float32)
+        return v / np.linalg.norm(v)
+
+    best = _Candidate("best", 1.0, unit(1, 0, 0))
+    repeat = _Candidate("repeat", 0.95, unit(1, 0.05, 0))  # near-repeat of "best"
+    other = _Candidate("other", 0.8, unit(0, 1, 0))
+    third = _Candidate("third", 0.7, unit(0, 0, 1))
+    pool = [best, repeat, other, third]
+    assert diversify(pool, 3, penalty=0.3) == ["best", "other", "third"]
+    assert diversify(pool, 4, penalty=0.3) == ["best", "other", "third", "repeat"]
+    assert diversify(pool, 2, penalty=0.0) == ["best", "repeat"]  # no penalty: by score
+    assert diversify([third], 5, penalty=0.3) == ["third"]

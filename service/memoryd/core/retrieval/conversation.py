@@ -53,10 +53,15 @@ def bm25_binary(
     """BM25 of a short text from its distinct term ids (payload `term_ids`): every term
     counted once (in a sentence a content word rarely repeats), its length the number of
     distinct terms. No tokenising at query time."""
-    matched = sum(w for t, w in idf.items() if t in terms)
+    return bm25_of(sum(w for t, w in idf.items() if t in terms), len(terms), k1, b, avg_len)
+
+
+def bm25_of(matched: float, length: int, k1: float, b: float, avg_len: float) -> float:
+    """`bm25_binary` from the summed IDF of the query terms a text holds (`matched`) and
+    its number of distinct terms."""
     if not matched:
         return 0.0
-    return matched * (k1 + 1.0) / (1.0 + k1 * (1.0 - b + b * len(terms) / avg_len))
+    return matched * (k1 + 1.0) / (1.0 + k1 * (1.0 - b + b * length / avg_len))
 
 
 def _minmax(values: Sequence[float]) -> tuple[float, float]:

@@ -12,10 +12,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from memoryd.stores.vectors.port import (
     DENSE_VECTOR,
     ORDERABLE_FIELDS,
     SPARSE_VECTOR,
+    DenseVector,
     Filter,
     HasId,
     ScoredPoint,
@@ -75,7 +78,7 @@ class LifecycleGate:
 # --------------------------------------------------------------------------- validation
 
 
-def check_dense(vector: Sequence[float], dim: int) -> list[float]:
+def check_dense(vector: Sequence[float] | DenseVector, dim: int) -> list[float]:
     values = [float(x) for x in vector]
     if len(values) != dim:
         raise ValueError(f"dense vector has dimension {len(values)}, the store expects {dim}")
@@ -210,14 +213,22 @@ def order_value(value: object) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+def dense_array(raw: object) -> DenseVector | None:
+    """An engine's dense vector (a list of floats) as one float32 array: a single
+    conversion in C, not one Python float per dimension."""
+    if isinstance(raw, list | np.ndarray):
+        return np.asarray(raw, dtype=np.float32)
+    return None
+
+
 def split_vectors(
     vector: object, sparse_type: type[Any]
-) -> tuple[list[float] | None, SparseVector | None]:
+) -> tuple[DenseVector | None, SparseVector | None]:
     if not isinstance(vector, dict):
         return None, None
     dense_raw = vector.get(DENSE_VECTOR)
     sparse_raw = vector.get(SPARSE_VECTOR)
-    dense = [float(x) for x in dense_raw] if isinstance(dense_raw, list) else None
+    dense = dense_array(dense_raw)
     sparse = None
     if isinstance(sparse_raw, sparse_type):
         sparse = SparseVector(

@@ -219,6 +219,26 @@ class EdgeVectorStore:
         with self._op("count"):
             return self._shard.count(qe.CountRequest(exact=True, filter=_edge_filter(filter)))
 
+    def count_each(self, filter: Filter, field: str, values: Sequence[int]) -> list[int]:
+        # The filter's conditions are converted once and the value's condition joins them
+        # at the top level, where the engine's planner sees the (small) term index first.
+        must = [_edge_condition(c) for c in filter.must]
+        should = [_edge_condition(c) for c in filter.should] or None
+        must_not = [_edge_condition(c) for c in filter.must_not] or None
+        requests = [
+            qe.CountRequest(
+                exact=True,
+                filter=qe.Filter(
+                    must=[*must, qe.FieldCondition(field, match=qe.MatchValue(int(v)))],
+                    should=should,
+                    must_not=must_not,
+                ),
+            )
+            for v in values
+        ]
+        with self._op("count"):
+            return [self._shard.count(r) for r in requests]
+
     def scroll(
         self,
         filter: Filter | None = None,

@@ -26,11 +26,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
+import numpy as np
+import numpy.typing as npt
+
 DENSE_VECTOR = "dense"
 SPARSE_VECTOR = "bm25"
 # Payload field holding a memory's distinct BM25 term ids (integers), so that the core
 # can count how many of a user's memories hold a query term (per-user IDF).
 TERMS_FIELD = "term_ids"
+# A dense vector read back from a store: float32, as the engines hold it (no per-element
+# conversion to Python floats; the core computes with it as it is).
+DenseVector: TypeAlias = npt.NDArray[np.float32]
 
 
 class IndexKind(enum.Enum):
@@ -118,7 +124,7 @@ class VectorPoint:
     """A point to upsert."""
 
     id: str
-    dense: Sequence[float]
+    dense: Sequence[float] | DenseVector
     sparse: SparseVector | None = None
     payload: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -133,7 +139,7 @@ class StoredPoint:
 
     id: str
     payload: dict[str, Any]
-    dense: list[float] | None = None
+    dense: DenseVector | None = None
     sparse: SparseVector | None = None
 
 
@@ -144,7 +150,7 @@ class ScoredPoint:
     id: str
     score: float
     payload: dict[str, Any]
-    dense_vector: list[float] | None = None
+    dense_vector: DenseVector | None = None
 
 
 # --------------------------------------------------------------------------- fusion
@@ -338,6 +344,12 @@ class VectorStore(Protocol):
 
     def count(self, filter: Filter | None = None) -> int:
         """Exact number of points matching ``filter``."""
+        ...
+
+    def count_each(self, filter: Filter, field: str, values: Sequence[int]) -> list[int]:
+        """For each of ``values``, the exact number of points matching ``filter`` whose
+        ``field`` (an integer-indexed payload field) holds it: `count` of ``filter`` and
+        `MatchValue(field, value)`, with the filter translated once."""
         ...
 
     def scroll(

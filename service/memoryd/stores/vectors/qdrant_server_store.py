@@ -320,6 +320,22 @@ class QdrantServerVectorStore:
             result = self._client.count(self._collection, count_filter=_filter(filter), exact=True)
         return result.count
 
+    def count_each(self, filter: Filter, field: str, values: Sequence[int]) -> list[int]:
+        base = _filter(filter)
+        out = []
+        with self._read("count"):
+            for value in values:
+                must: list[models.Condition] = [
+                    models.FieldCondition(key=field, match=models.MatchValue(value=int(value)))
+                ]
+                if base is not None:
+                    must.insert(0, base)
+                result = self._client.count(
+                    self._collection, count_filter=models.Filter(must=must), exact=True
+                )
+                out.append(result.count)
+        return out
+
     def scroll(
         self,
         filter: Filter | None = None,
