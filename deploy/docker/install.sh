@@ -57,5 +57,15 @@ if os.environ["INSTALL_CHECK"] == "full":
     (vector,) = MiniLMEmbedder().embed(["memoryd install check"])
     assert len(vector) == MINILM_DIM, len(vector)
     print(f"offline embedding: {len(vector)} dimensions")
+    # The default embedder: the packaged ONNX graph (sha256-checked), int8 derived locally.
+    import tempfile
+    from pathlib import Path
+
+    from memoryd.stores.embeddings.minilm_onnx import MiniLMOnnxEmbedder
+
+    with tempfile.TemporaryDirectory() as cache:
+        (vector,) = MiniLMOnnxEmbedder(1, cache_dir=Path(cache)).embed(["memoryd install check"])
+        assert len(vector) == MINILM_DIM, len(vector)
+        print(f"offline ONNX int8 embedding: {len(vector)} dimensions")
 PY
 echo "install.sh: memoryd installed in $venv"
