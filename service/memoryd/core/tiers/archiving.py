@@ -53,6 +53,8 @@ class Room:
     live: Filter
     max_count: int
     count_full: Callable[[], QuotaExceeded]
+    # Whose counter the limits read (for episodes, with the agent).
+    scope: Scope
     # The size limit (bytes as `ledger.size_of`); 0 means none.
     max_bytes: int = 0
     # (bytes being added, bytes used) -> the error.
@@ -349,7 +351,7 @@ class ArchivingVectorTier:
         nothing, so every tier is checked before any tier is written."""
         for room, items in self._rooms(scope, records):
             plan = await self._memory.plan_restore(scope, items)
-            held = await self._ledger.held(scope)
+            held = await self._ledger.held(room.scope)
             new = [r for r in plan.new if not r.deleted]
             size = sum(size_of(r) for r in new)
             if held.count + len(new) > room.max_count and (
@@ -390,5 +392,5 @@ class ArchivingVectorTier:
         if room is None:
             return await write()
         held = [r for r in plan.new if not r.deleted]
-        await self._reserve_room(scope, room, held, auto_prune)
-        return await self._ledger.write(scope, held, write)
+        await self._reserve_room(room.scope, room, held, auto_prune)
+        return await self._ledger.write(room.scope, held, write)

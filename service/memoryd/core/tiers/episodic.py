@@ -98,6 +98,7 @@ class EpisodicTier(ArchivingVectorTier):
             lock_key=(scope.tenant, scope.user_id, scope.agent_id),
             live=self._of_agent(scope),
             max_count=limit,
+            scope=scope,
             count_full=lambda: quota_full(
                 f"episodic:{scope.user_id}/{scope.agent_id}",
                 "episodic.max_episodes_per_agent",

@@ -89,6 +89,7 @@ class LongTermTier(ArchivingVectorTier):
             lock_key=(scope.tenant, scope.user_id),
             live=self._live(scope),
             max_count=limit,
+            scope=scope,
             count_full=lambda: quota_full(
                 subject,
                 "long_term.max_memories",

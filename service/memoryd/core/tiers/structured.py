@@ -94,6 +94,7 @@ class StructuredTier(ArchivingVectorTier):
             lock_key=(scope.tenant, scope.user_id),
             live=self._live(scope),
             max_count=limit,
+            scope=scope,
             count_full=lambda: self._full(
                 scope,
                 "max_documents",
