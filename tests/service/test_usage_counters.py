@@ -1,11 +1,13 @@
-"""Long-term usage is counted on every write path (Add, AddBatch, message copies, Import,
-Delete, every Prune, expiry, archive, erasure), so quota checks and Usage never read the
-user's memories; the counters always agree with what the store holds, a failed write gives
-its room back, and maintenance (or first use) rebuilds a counter that drifted or was lost.
-Each test runs with the in-process counters, on one Redis and on a Redis Cluster."""
+"""Long-term, episodic (per agent) and structured usage is counted on every write path
+(Add, AddBatch, message copies, Import, Delete, every Prune, expiry, archive, erasure), so
+quota checks never read the user's memories and concurrent Adds never pass a quota; the
+counters always agree with what the store holds, a failed write gives its room back, and
+maintenance (or first use) rebuilds a counter that drifted or was lost. Each test runs
+with the in-process counters, on one Redis and on a Redis Cluster."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 from collections.abc import Iterator
@@ -28,6 +30,7 @@ from redis_server import RedisServer
 from rpc import quota_failure, rpc_error, scope
 
 LT, ST = pb.TIER_LONG_TERM, pb.TIER_SHORT_TERM
+EP, SD = pb.TIER_EPISODIC, pb.TIER_STRUCTURED
 DAY_S = 86_400
 
 
@@ -235,3 +238,122 @@ async def test_a_counter_dropped_on_a_cluster_is_rebuilt_from_the_store(
     await s.stub.Add(add(user_id, "Fact 3"))
     full = await rpc_error(s.stub.Add(add(user_id, "Over")))
     assert full.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def exported(s: RunningServer, user: str, tier: pb.Tier.ValueType) -> list[pb.MemoryItem]:
+    dump = [r async for r in s.stub.Export(pb.ExportRequest(scope=scope(user), tiers=[tier]))]
+    return [r.item for r in dump if r.HasField("item") and not r.item.deleted]
+
+
+async def usage_of(s: RunningServer, user: str, tier: pb.Tier.ValueType) -> tuple[int, int]:
+    usage = await s.stub.Usage(pb.UsageRequest(scope=scope(user)))
+    [t] = [t for t in usage.tiers if t.tier == tier]
+    return t.count, t.bytes
+
+
+def episode(n: int) -> pb.Episode:
+    return pb.Episode(task=f"Task number {n}", steps=[pb.EpisodeStep(action=f"step {n}")])
+
+
+def document(n: int, pad: str = "") -> str:
+    return f'{{"order": {n}, "note": "{pad}"}}'
+
+
+async def test_episodic_counters_per_agent_follow_adds_deletes_and_prunes(
+    start_server: ServerFactory, counted_by: dict[str, Any], user_id: str
+) -> None:
+    s = await start_server(episodic={"max_episodes_per_agent": 3}, **counted_by)
+    added: dict[str, list[str]] = {"planner": [], "coder": []}
+    for n, agent in enumerate(["planner"] * 3 + ["coder"] * 2):
+        sc = scope(user_id, agent_id=agent)
+        reply = await s.stub.Add(pb.AddRequest(scope=sc, tier=EP, episode=episode(n)))
+        added[agent].append(reply.memory_id)
+    full = await rpc_error(
+        s.stub.Add(
+            pb.AddRequest(scope=scope(user_id, agent_id="planner"), tier=EP, episode=episode(9))
+        )
+    )
+    assert full.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # the quota is per agent...
+    await s.stub.Add(
+        pb.AddRequest(scope=scope(user_id, agent_id="coder"), tier=EP, episode=episode(5))
+    )  # ...so another agent still has room
+    await s.stub.Delete(pb.DeleteRequest(scope=scope(user_id), tier=EP, ids=[added["planner"][0]]))
+    await s.stub.Prune(
+        pb.PruneRequest(
+            scope=scope(user_id), tiers=[EP], strategy=pb.PRUNE_STRATEGY_OLDEST_PERCENT, percent=20
+        )
+    )
+    items = await exported(s, user_id, EP)
+    assert await usage_of(s, user_id, EP) == (
+        len(items),
+        sum(len(i.content.encode()) for i in items),
+    )
+    assert s.app.counters is not None
+    for agent in ("planner", "coder"):
+        mine = [i for i in items if i.agent_id == agent]
+        got = await s.app.counters.get(CounterKey("default", user_id, f"episodic/{agent}"))
+        assert got is not None
+        assert (got.count, got.bytes) == (len(mine), sum(len(i.content.encode()) for i in mine))
+
+
+async def test_structured_counters_follow_adds_deletes_and_prunes_in_json_bytes(
+    start_server: ServerFactory, counted_by: dict[str, Any], user_id: str
+) -> None:
+    s = await start_server(structured={"max_documents": 4, "max_bytes": 200}, **counted_by)
+    ids = []
+    for n in range(4):
+        reply = await s.stub.Add(
+            pb.AddRequest(scope=scope(user_id), tier=SD, document_json=document(n))
+        )
+        ids.append(reply.memory_id)
+    full = await rpc_error(
+        s.stub.Add(pb.AddRequest(scope=scope(user_id), tier=SD, document_json=document(4)))
+    )
+    assert full.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    pruned = await s.stub.Add(
+        pb.AddRequest(scope=scope(user_id), tier=SD, document_json=document(5), auto_prune=True)
+    )
+    assert pruned.operation == pb.OPERATION_ADD_WITH_PRUNE
+    await s.stub.Delete(pb.DeleteRequest(scope=scope(user_id), tier=SD, ids=[ids[-1]]))
+    big = await rpc_error(
+        s.stub.Add(
+            pb.AddRequest(scope=scope(user_id), tier=SD, document_json=document(6, "x" * 150))
+        )
+    )
+    assert "max: 200 bytes" in (big.details() or "")
+    items = await exported(s, user_id, SD)
+    assert len(items) == 3
+    assert await usage_of(s, user_id, SD) == (3, sum(len(i.document_json.encode()) for i in items))
+    await s.stub.Prune(
+        pb.PruneRequest(scope=scope(user_id), tiers=[SD], strategy=pb.PRUNE_STRATEGY_ALL)
+    )
+    assert await usage_of(s, user_id, SD) == (0, 0)
+
+
+@pytest.mark.parametrize("tier", [EP, SD])
+async def test_concurrent_adds_never_pass_the_reservation(
+    start_server: ServerFactory, redis_server: RedisServer, user_id: str, tier: pb.Tier.ValueType
+) -> None:
+    s = await start_server(
+        redis_url=redis_server.url,
+        episodic={"max_episodes_per_agent": 5},
+        structured={"max_documents": 5},
+    )
+    sc = scope(user_id, agent_id="planner")
+
+    async def one(n: int) -> grpc.StatusCode:
+        body: dict[str, Any] = (
+            {"episode": episode(n)} if tier == EP else {"document_json": document(n)}
+        )
+        try:
+            await s.stub.Add(pb.AddRequest(scope=sc, tier=tier, **body))
+        except grpc.aio.AioRpcError as exc:
+            return exc.code()
+        return grpc.StatusCode.OK
+
+    codes = await asyncio.gather(*(one(n) for n in range(20)))
+    assert codes.count(grpc.StatusCode.OK) == 5
+    assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 15
+    items = await exported(s, user_id, tier)
+    assert len(items) == 5
+    assert (await usage_of(s, user_id, tier))[0] == 5

@@ -13,6 +13,7 @@ items, so they never take room from a write).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -39,8 +40,9 @@ _CORRECT_TRIES = 3
 
 
 def size_of(record: MemoryRecord) -> int:
-    """The bytes an item counts for: its content's (payload `size`)."""
-    return utf8_len(record.content)
+    """The bytes an item counts for, as its payload `size`: a document's JSON bytes, else
+    its content's."""
+    return utf8_len(record.document_json or record.content)
 
 
 class Ledger:
@@ -49,14 +51,21 @@ class Ledger:
         counters: UsageCounters,
         tier: Tier,
         recount: Callable[[Scope], Awaitable[tuple[int, int]]],
+        *,
+        per_agent: bool = False,
     ) -> None:
-        """`recount(scope)`: what the store holds for the user (count, content bytes)."""
+        """`recount(scope)`: what the store holds for the user (count, bytes as `size_of`);
+        `per_agent`: one counter per agent of the user (`scope.agent_id`), as episodes'."""
         self._counters = counters
         self._tier = tier
         self._recount = recount
+        self._per_agent = per_agent
 
     def _key(self, scope: Scope) -> CounterKey:
-        return CounterKey(scope.tenant, scope.user_id, self._tier.value)
+        tier = self._tier.value
+        return CounterKey(
+            scope.tenant, scope.user_id, f"{tier}/{scope.agent_id}" if self._per_agent else tier
+        )
 
     async def _step(self, step: Awaitable[T]) -> T:
         try:
@@ -130,9 +139,12 @@ class Ledger:
     async def forget(self, scope: Scope, removed: Sequence[MemoryRecord]) -> None:
         """Uncount items just removed (deleted, pruned, purged, archived); an id removed
         twice (by two replicas at once) is uncounted once."""
-        if removed:
-            items = {r.id: size_of(r) for r in removed}
-            await self._after(self._counters.forget(self._key(scope), items))
+        by_agent: dict[str, dict[str, int]] = {}
+        for r in removed:
+            by_agent.setdefault(r.agent_id if self._per_agent else "", {})[r.id] = size_of(r)
+        for agent, items in by_agent.items():
+            of = dataclasses.replace(scope, agent_id=agent) if self._per_agent else scope
+            await self._after(self._counters.forget(self._key(of), items))
 
     async def reconcile(self, scope: Scope) -> Correction | None:
         """Recount the user from the store and correct the counter; None when it kept

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 
@@ -35,7 +35,6 @@ from memoryd.core.models import (
     Scope,
     Tier,
 )
-from memoryd.core.text import utf8_len
 from memoryd.core.tiers.base import TierHits
 from memoryd.stores.usage.port import Correction, Outcome, UsageCounters
 from memoryd.stores.vectors.port import Condition, Filter, HasId, MatchValue, Range, field_path
@@ -54,18 +53,20 @@ class Room:
     live: Filter
     max_count: int
     count_full: Callable[[], QuotaExceeded]
-    # The item's bytes the size limit counts; max_bytes 0 means no size limit.
-    size_of: Callable[[MemoryRecord], int] = lambda r: utf8_len(r.content)
+    # Whose counter the limits read (for episodes, with the agent).
+    scope: Scope
+    # The size limit (bytes as `ledger.size_of`); 0 means none.
     max_bytes: int = 0
     # (bytes being added, bytes used) -> the error.
     bytes_full: Callable[[int, int], QuotaExceeded] | None = None
-    max_item_bytes: int = 0
 
 
 class ArchivingVectorTier:
     tier: Tier
     # Whether items past their `expires_at` can still be archived (see `_archivable`).
     _archives_expired = False
+    # Whether the quota (and so the usage counter) is per agent of the user (episodes).
+    _per_agent = False
 
     def __init__(
         self,
@@ -73,18 +74,19 @@ class ArchivingVectorTier:
         clock: Callable[[], float],
         archive: ColdArchive | None,
         compress_over_bytes: int,
-        counters: UsageCounters | None = None,
+        counters: UsageCounters,
     ) -> None:
         self._memory = memory
         self._clock = clock
         self._archive = archive
         self._compress_over_bytes = compress_over_bytes
         self._locks = KeyedLocks()
-        # With usage counters, quota checks and Usage read them (O(1)); without, the store.
-        self._ledger = (
-            Ledger(counters, self.tier, lambda scope: self._memory.measure(self._held(scope)))
-            if counters is not None
-            else None
+        # Quota checks (and Usage) read the usage counters: O(1), atomic across replicas.
+        self._ledger = Ledger(
+            counters,
+            self.tier,
+            lambda scope: self._memory.measure(self._held(scope)),
+            per_agent=self._per_agent,
         )
 
     # ------------------------------------------------------------------ hooks
@@ -119,17 +121,17 @@ class ArchivingVectorTier:
     def _held(self, scope: Scope) -> Filter:
         """What the usage counters count: not deleted, expired items included (until the
         expiry purge removes them)."""
-        everything = self._memory.scope_filter(scope, self.tier, live_only=False)
+        extra = [MatchValue("agent_id", scope.agent_id)] if self._per_agent else []
+        everything = self._memory.scope_filter(scope, self.tier, live_only=False, extra=extra)
         return Filter(must=[everything], must_not=[MatchValue("deleted", True)])
 
     async def _forget(self, scope: Scope, removed: Sequence[MemoryRecord]) -> None:
-        if self._ledger is not None:
-            await self._ledger.forget(scope, removed)
+        await self._ledger.forget(scope, removed)
 
     async def _remove(self, scope: Scope, flt: Filter, dry_run: bool) -> int:
         """Delete what `flt` selects (on dry_run only count it), uncounting what was held."""
         memory = self._memory
-        if self._ledger is None or dry_run:
+        if dry_run:
             return await memory.remove(flt, dry_run)
         held = [r async for page in memory.pages(flt) for r in page if not r.deleted]
         removed = await memory.call(memory.store.delete_where, flt)
@@ -152,7 +154,7 @@ class ArchivingVectorTier:
 
     async def reconcile(self, scope: Scope) -> Correction | None:
         """Maintenance: recount the user's usage from the store and correct the counter."""
-        return await self._ledger.reconcile(scope) if self._ledger is not None else None
+        return await self._ledger.reconcile(scope)
 
     async def _reserve_room(
         self, scope: Scope, room: Room, new: Sequence[MemoryRecord], auto_prune: bool
@@ -161,7 +163,6 @@ class ArchivingVectorTier:
         (to be settled by `self._ledger.write`), first purging expired items when the
         quota looks full, then with `auto_prune` dropping the oldest live items to make
         count room; a size overflow is always refused."""
-        assert self._ledger is not None
         size = sum(size_of(r) for r in new)
         purged = False
         while True:
@@ -179,6 +180,44 @@ class ArchivingVectorTier:
                 raise room.count_full()
             if not await self._drop_oldest(scope, room.live, over):
                 raise room.count_full()
+
+    async def _reserve_one(
+        self,
+        scope: Scope,
+        room: Room,
+        size: int,
+        auto_prune: bool,
+        flush: Callable[[], Awaitable[None]] | None = None,
+        too_big: Callable[[int, int], QuotaExceeded] | None = None,
+    ) -> tuple[Operation, int]:
+        """Add's quota check: reserve one item of `size` bytes in `room`; when the count is
+        full, expired items are purged first, then with `auto_prune` the oldest tenth is
+        dropped (after `flush` wrote a batch's earlier items, as a run of single Adds
+        would have). A size overflow is always refused (`too_big(size, used)`, by default
+        the room's). Returns the operation and the count held after it."""
+        ledger, operation, purged = self._ledger, Operation.ADD, False
+        while True:
+            got = await ledger.reserve(scope, 1, size, room.max_count, room.max_bytes)
+            if got.granted:
+                return operation, got.held.count + 1
+            if not purged:
+                purged = True
+                if await self._purge_expired(scope):
+                    continue
+            if got.outcome is Outcome.BYTES_FULL:
+                full = too_big or room.bytes_full
+                assert full is not None
+                raise full(size, got.held.bytes)
+            if not auto_prune or operation is Operation.ADD_WITH_PRUNE:
+                raise room.count_full()
+            if flush is not None:
+                await flush()
+            share = math.ceil(got.held.count * AUTO_PRUNE_SHARE)
+            dropped = await self._drop_oldest(scope, room.live, share)
+            self._memory.observer.deleted(self.tier, "quota", dropped)
+            if not dropped:
+                raise room.count_full()
+            operation = Operation.ADD_WITH_PRUNE
 
     async def _count(self, flt: Filter) -> int:
         return await self._memory.call(self._memory.store.count, flt)
@@ -206,26 +245,6 @@ class ArchivingVectorTier:
             await self._memory.call(self._memory.store.delete, [r.id for r in found])
             await self._forget(lookup.scope, found)
         return len(found)
-
-    async def _make_room(
-        self,
-        flt: Filter,
-        count: int,
-        limit: int,
-        auto_prune: bool,
-        full: Callable[[], QuotaExceeded],
-        scope: Scope,
-    ) -> tuple[int, Operation]:
-        """The count quota shared by every vector tier: under the limit, add; at it, refuse
-        with `full()`, or with auto-prune drop the oldest tenth of what `flt` selects first.
-        Returns the count left and the operation to report."""
-        if count < limit:
-            return count, Operation.ADD
-        if not auto_prune:
-            raise full()
-        dropped = await self._drop_oldest(scope, flt, math.ceil(count * AUTO_PRUNE_SHARE))
-        self._memory.observer.deleted(self.tier, "quota", dropped)
-        return count - dropped, Operation.ADD_WITH_PRUNE
 
     async def _drop_oldest(self, scope: Scope, flt: Filter, n: int) -> int:
         if n <= 0:
@@ -325,40 +344,6 @@ class ArchivingVectorTier:
         # The content is derived from the body, as on Add: an import cannot make them differ.
         return [dataclasses.replace(r, content=self._content_of(r)) for r in records]
 
-    def _is_live(self, record: MemoryRecord) -> bool:
-        return not record.deleted and (
-            record.expires_at is None or record.expires_at > self._clock()
-        )
-
-    async def _fit(
-        self,
-        scope: Scope,
-        room: Room,
-        new: Sequence[MemoryRecord],
-        auto_prune: bool,
-        *,
-        apply: bool,
-    ) -> None:
-        """The quota check of every write path for `new` items in `room`: refuse when they
-        do not fit, unless `auto_prune` may drop the oldest live items to make room (done
-        only when `apply`). As on Add, only the count makes room; a size overflow is
-        always refused."""
-        live = [r for r in new if self._is_live(r)]
-        count = await self._count(room.live)
-        if count + len(live) > room.max_count:
-            if not auto_prune or len(live) > room.max_count:
-                raise room.count_full()
-            if apply:
-                over = count + len(live) - room.max_count
-                count -= await self._drop_oldest(scope, room.live, over)
-        if room.max_bytes and room.bytes_full is not None:
-            new_bytes = sum(room.size_of(r) for r in live)
-            used = await self._memory.bytes_used(
-                room.live, count, room.max_bytes - new_bytes, room.max_item_bytes
-            )
-            if used + new_bytes > room.max_bytes:
-                raise room.bytes_full(new_bytes, used)
-
     async def check_room(
         self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool
     ) -> None:
@@ -366,10 +351,7 @@ class ArchivingVectorTier:
         nothing, so every tier is checked before any tier is written."""
         for room, items in self._rooms(scope, records):
             plan = await self._memory.plan_restore(scope, items)
-            if self._ledger is None:
-                await self._fit(scope, room, plan.new, auto_prune, apply=False)
-                continue
-            held = await self._ledger.held(scope)
+            held = await self._ledger.held(room.scope)
             new = [r for r in plan.new if not r.deleted]
             size = sum(size_of(r) for r in new)
             if held.count + len(new) > room.max_count and (
@@ -409,9 +391,6 @@ class ArchivingVectorTier:
 
         if room is None:
             return await write()
-        if self._ledger is None:
-            await self._fit(scope, room, plan.new, auto_prune, apply=True)
-            return await write()
         held = [r for r in plan.new if not r.deleted]
-        await self._reserve_room(scope, room, held, auto_prune)
-        return await self._ledger.write(scope, held, write)
+        await self._reserve_room(room.scope, room, held, auto_prune)
+        return await self._ledger.write(room.scope, held, write)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from memoryd.core.errors import FieldViolation, QuotaExceeded
+from memoryd.core.errors import FieldViolation
 from memoryd.core.lifecycle.cold_archive import ColdArchive
+from memoryd.core.lifecycle.ledger import size_of
 from memoryd.core.lifecycle.quotas import add_scope, quota_full
 from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.memory.vector_memory import PAGE_SIZE, NewPoint, VectorMemory
@@ -32,6 +33,7 @@ from memoryd.core.tiers.archiving import DAY_S, ArchivingVectorTier, Room
 from memoryd.core.tiers.bodies import episode_problems, render_episode
 from memoryd.core.validation import Violations
 from memoryd.settings import EpisodicSettings
+from memoryd.stores.usage.port import Correction, Counted, UsageCounters
 from memoryd.stores.vectors.port import Condition, Filter, MatchValue
 
 # An expiry this much before the TTL date was asked for on Add (not the TTL's own).
@@ -41,6 +43,7 @@ _EARLY_S = 1.0
 class EpisodicTier(ArchivingVectorTier):
     tier = Tier.EPISODIC
     _archives_expired = True  # an episode whose TTL lapsed is archived, see `_archivable`
+    _per_agent = True  # the quota counts per agent
 
     def __init__(
         self,
@@ -50,8 +53,10 @@ class EpisodicTier(ArchivingVectorTier):
         archive: ColdArchive | None = None,
         max_content_bytes: int = 65_536,
         compress_over_bytes: int = 1024,
+        *,
+        counters: UsageCounters,
     ) -> None:
-        super().__init__(memory, clock, archive, compress_over_bytes)
+        super().__init__(memory, clock, archive, compress_over_bytes, counters)
         self._settings = settings
         self._max_content_bytes = max_content_bytes
 
@@ -93,6 +98,7 @@ class EpisodicTier(ArchivingVectorTier):
             lock_key=(scope.tenant, scope.user_id, scope.agent_id),
             live=self._of_agent(scope),
             max_count=limit,
+            scope=scope,
             count_full=lambda: quota_full(
                 f"episodic:{scope.user_id}/{scope.agent_id}",
                 "episodic.max_episodes_per_agent",
@@ -113,8 +119,40 @@ class EpisodicTier(ArchivingVectorTier):
             for agent, items in by_agent.items()
         ]
 
-    def _full(self, scope: Scope) -> QuotaExceeded:
-        return self._room(scope).count_full()
+    async def reconcile(self, scope: Scope) -> Correction | None:
+        """Recount each agent of the user: the counters are per agent. Returns the sums;
+        None when an agent's counter kept moving."""
+        before, after, moving = Counted(0, 0), Counted(0, 0), False
+        for agent in await self._agents(scope):
+            fixed = await self._ledger.reconcile(dataclasses.replace(scope, agent_id=agent))
+            if fixed is None:
+                moving = True
+                continue
+            before = Counted(before.count + fixed.before.count, before.bytes + fixed.before.bytes)
+            after = Counted(after.count + fixed.after.count, after.bytes + fixed.after.bytes)
+        return None if moving else Correction(before, after)
+
+    async def _agents(self, scope: Scope) -> set[str]:
+        """The agents the user holds episodes of (reading payloads only)."""
+        memory, agents = self._memory, set[str]()
+        held = Filter(
+            must=[memory.scope_filter(scope, self.tier, live_only=False)],
+            must_not=[MatchValue("deleted", True)],
+        )
+        offset: str | None = None
+        while True:
+            points, offset = await memory.call(
+                memory.store.scroll, held, limit=PAGE_SIZE, offset=offset
+            )
+            agents.update(str(p.payload.get("agent_id", "")) for p in points)
+            if offset is None:
+                return agents
+
+    async def _write(self, scope: Scope, record: MemoryRecord) -> None:
+        digest = content_hash(scope, Tier.EPISODIC, "", record.content)
+        payload = to_payload(record, scope, digest, self._compress_over_bytes)
+        point = NewPoint(record, payload, embed_text_of(payload))
+        await self._ledger.write(scope, [record], lambda: self._memory.insert([point]))
 
     async def add_summary(
         self,
@@ -128,18 +166,10 @@ class EpisodicTier(ArchivingVectorTier):
         """An episode memoryd writes itself (a session's summary, source auto) under an id
         derived from what it summarises: None when that id is stored already, so writing
         it again changes nothing."""
-        of_agent = self._of_agent(scope)
-        async with self._locks((scope.tenant, scope.user_id, scope.agent_id)):
+        room = self._room(scope)
+        async with self._locks(room.lock_key):
             if await self._memory.call(self._memory.store.retrieve, [point_id]):
                 return None
-            await self._make_room(
-                of_agent,
-                await self._count(of_agent),
-                self._settings.max_episodes_per_agent,
-                auto_prune,
-                lambda: self._full(scope),
-                scope,
-            )
             now = self._clock()
             record = MemoryRecord(
                 id=point_id,
@@ -155,20 +185,15 @@ class EpisodicTier(ArchivingVectorTier):
                 session_id=scope.session_id,
                 episode=episode,
             )
-            digest = content_hash(scope, Tier.EPISODIC, "", record.content)
-            payload = to_payload(record, scope, digest, self._compress_over_bytes)
-            await self._memory.insert([NewPoint(record, payload, embed_text_of(payload))])
+            await self._reserve_one(scope, room, size_of(record), auto_prune)
+            await self._write(scope, record)
         return record
 
     async def add(self, cmd: AddCommand) -> AddResult:
         scope, episode = cmd.scope, cmd.episode
         assert episode is not None  # check_add refused a request without one
         room = self._room(scope)
-        limit, of_agent = room.max_count, room.live
         async with self._locks(room.lock_key):
-            count, operation = await self._make_room(
-                of_agent, await self._count(of_agent), limit, cmd.auto_prune, room.count_full, scope
-            )
             now = self._clock()
             expires = now + self._settings.ttl_days * DAY_S
             if cmd.expires_at is not None:
@@ -176,10 +201,9 @@ class EpisodicTier(ArchivingVectorTier):
             record = cmd.new_record(
                 render_episode(episode), Kind.EPISODE, now, expires, episode=episode
             )
-            digest = content_hash(scope, Tier.EPISODIC, "", record.content)
-            payload = to_payload(record, scope, digest, self._compress_over_bytes)
-            await self._memory.insert([NewPoint(record, payload, embed_text_of(payload))])
-        return AddResult(record.id, operation, Tier.EPISODIC, max(0, limit - count - 1))
+            operation, held = await self._reserve_one(scope, room, size_of(record), cmd.auto_prune)
+            await self._write(scope, record)
+        return AddResult(record.id, operation, Tier.EPISODIC, max(0, room.max_count - held))
 
     def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
         problems = self._check_vector_restore(record)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from memoryd.core.errors import FieldViolation, MemorydError, QuotaExceeded
 from memoryd.core.lifecycle.cold_archive import ColdArchive
-from memoryd.core.lifecycle.ledger import Ledger
 from memoryd.core.lifecycle.quotas import QuotaProfiles, quota_full, quota_percent
 from memoryd.core.memory.payload import content_hash, embed_text_for, embed_text_of, to_payload
 from memoryd.core.memory.vector_memory import (
@@ -34,10 +32,10 @@ from memoryd.core.models import (
 )
 from memoryd.core.ratelimit_log import EveryFewSeconds
 from memoryd.core.text import utf8_len
-from memoryd.core.tiers.archiving import AUTO_PRUNE_SHARE, ArchivingVectorTier, Room
+from memoryd.core.tiers.archiving import ArchivingVectorTier, Room
 from memoryd.core.validation import Violations
 from memoryd.settings import LongTermSettings, QuotaSettings
-from memoryd.stores.usage.port import Outcome, UsageCounters
+from memoryd.stores.usage.port import UsageCounters
 from memoryd.stores.vectors.port import Filter, HasId, MatchAny, MatchValue, canonical_id
 
 log = logging.getLogger(__name__)
@@ -91,6 +89,7 @@ class LongTermTier(ArchivingVectorTier):
             lock_key=(scope.tenant, scope.user_id),
             live=self._live(scope),
             max_count=limit,
+            scope=scope,
             count_full=lambda: quota_full(
                 subject,
                 "long_term.max_memories",
@@ -107,7 +106,6 @@ class LongTermTier(ArchivingVectorTier):
                 f"({used:,} bytes used, max: {max_bytes:,} bytes, quota profile "
                 f"{profile.name!r}); delete old memories or upgrade your plan",
             ),
-            max_item_bytes=self._max_content_bytes,
         )
 
     def _rooms(
@@ -151,11 +149,6 @@ class LongTermTier(ArchivingVectorTier):
     def _embed_text(cmd: AddCommand) -> str:
         return embed_text_for(Tier.LONG_TERM.value, "", cmd.content, cmd.metadata)
 
-    @property
-    def _counted(self) -> Ledger:
-        assert self._ledger is not None  # long-term memory always counts its usage
-        return self._ledger
-
     async def _add_for_user(
         self, cmds: Sequence[AddCommand], embedded: Mapping[str, list[float]]
     ) -> list[AddResult | MemorydError]:
@@ -163,9 +156,13 @@ class LongTermTier(ArchivingVectorTier):
         of their texts. The quota is a reservation
         on the usage counters (atomic across replicas): one for the whole batch when it
         fits, else one per memory, in order."""
-        scope, ledger = cmds[0].scope, self._counted
+        scope, ledger = cmds[0].scope, self._ledger
         room = self._room(scope)
         limit = room.max_count
+
+        def too_big(new_bytes: int, used: int) -> QuotaExceeded:
+            return self._bytes_full(scope, new_bytes, used, room.max_bytes)
+
         digests = [content_hash(c.scope, Tier.LONG_TERM, "", c.content) for c in cmds]
         deduped = {d for c, d in zip(cmds, digests, strict=True) if c.kind is not Kind.MESSAGE}
         stored = await self._stored_ids(room.live, deduped)
@@ -213,7 +210,7 @@ class LongTermTier(ArchivingVectorTier):
                 else:
                     try:
                         operation, held = await self._reserve_one(
-                            scope, room, new_bytes, cmd.auto_prune, flush
+                            scope, room, new_bytes, cmd.auto_prune, flush, too_big
                         )
                     except QuotaExceeded as exc:
                         outcomes.append(exc)
@@ -239,39 +236,6 @@ class LongTermTier(ArchivingVectorTier):
             await asyncio.shield(ledger.release(scope, owed[0], owed[1]))
             raise
         return outcomes
-
-    async def _reserve_one(
-        self,
-        scope: Scope,
-        room: Room,
-        size: int,
-        auto_prune: bool,
-        flush: Callable[[], Awaitable[None]],
-    ) -> tuple[Operation, int]:
-        """Reserve one memory of `size` bytes; when the count is full, expired memories are
-        purged first, then with `auto_prune` the oldest tenth is dropped (after `flush`
-        wrote the batch's earlier memories, as a run of single Adds would have). A size
-        overflow is always refused. Returns the operation and the count held after it."""
-        ledger, operation, purged = self._counted, Operation.ADD, False
-        while True:
-            got = await ledger.reserve(scope, 1, size, room.max_count, room.max_bytes)
-            if got.granted:
-                return operation, got.held.count + 1
-            if not purged:
-                purged = True
-                if await self._purge_expired(scope):
-                    continue
-            if got.outcome is Outcome.BYTES_FULL:
-                raise self._bytes_full(scope, size, got.held.bytes, room.max_bytes)
-            if not auto_prune or operation is Operation.ADD_WITH_PRUNE:
-                raise room.count_full()
-            await flush()
-            share = math.ceil(got.held.count * AUTO_PRUNE_SHARE)
-            dropped = await self._drop_oldest(scope, room.live, share)
-            self._memory.observer.deleted(self.tier, "quota", dropped)
-            if not dropped:
-                raise room.count_full()
-            operation = Operation.ADD_WITH_PRUNE
 
     async def _stored_ids(self, live: Filter, digests: set[str]) -> dict[str, str]:
         """The id of a stored memory for each content hash the user already has."""
@@ -356,7 +320,7 @@ class LongTermTier(ArchivingVectorTier):
         return stored
 
     async def _copy(self, scope: Scope, points: list[NewPoint]) -> int:
-        memory, room, ledger = self._memory, self._room(scope), self._counted
+        memory, room, ledger = self._memory, self._room(scope), self._ledger
         async with self._locks(room.lock_key):
             ids = [p.record.id for p in points]
             known = {p.id for p in await memory.call(memory.store.retrieve, ids)}
@@ -414,7 +378,7 @@ class LongTermTier(ArchivingVectorTier):
 
     async def usage(self, scope: Scope) -> TierUsage:
         """Memories held (what the quota counts) and their content bytes: the counters."""
-        held = await self._counted.held(scope)
+        held = await self._ledger.held(scope)
         count, size = held.count, held.bytes
         profile = self._quotas.profile_for(scope)
         max_count = profile.limits.long_term_max_memories

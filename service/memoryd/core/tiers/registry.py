@@ -123,6 +123,7 @@ def _episodic(d: TierDeps) -> TierHandler:
         d.archive,
         s.limits.max_content_bytes,
         s.long_term.compress_over_bytes,
+        counters=d.counters,
     )
 
 
@@ -135,6 +136,7 @@ def _structured(d: TierDeps) -> TierHandler:
         d.archive,
         s.limits.max_content_bytes,
         s.long_term.compress_over_bytes,
+        counters=d.counters,
     )
 
 

@@ -35,6 +35,7 @@ from memoryd.core.tiers.bodies import (
 )
 from memoryd.core.validation import Violations
 from memoryd.settings import StructuredSettings
+from memoryd.stores.usage.port import UsageCounters
 from memoryd.stores.vectors.port import Condition, Filter, MatchValue, field_path
 
 
@@ -49,8 +50,10 @@ class StructuredTier(ArchivingVectorTier):
         archive: ColdArchive | None = None,
         max_content_bytes: int = 65_536,
         compress_over_bytes: int = 1024,
+        *,
+        counters: UsageCounters,
     ) -> None:
-        super().__init__(memory, clock, archive, compress_over_bytes)
+        super().__init__(memory, clock, archive, compress_over_bytes, counters)
         self._settings = settings
         self._max_content_bytes = max_content_bytes
 
@@ -91,13 +94,13 @@ class StructuredTier(ArchivingVectorTier):
             lock_key=(scope.tenant, scope.user_id),
             live=self._live(scope),
             max_count=limit,
+            scope=scope,
             count_full=lambda: self._full(
                 scope,
                 "max_documents",
                 limit,
                 f"structured memory is full (max: {limit:,} documents)",
             ),
-            size_of=lambda r: utf8_len(r.document_json),
             max_bytes=max_bytes,
             bytes_full=lambda new_bytes, used: self._full(
                 scope,
@@ -106,7 +109,6 @@ class StructuredTier(ArchivingVectorTier):
                 f"structured memory would exceed its size quota with {new_bytes:,} more bytes "
                 f"({used:,} bytes used, max: {max_bytes:,} bytes)",
             ),
-            max_item_bytes=self._max_content_bytes,
         )
 
     def _rooms(
@@ -117,35 +119,24 @@ class StructuredTier(ArchivingVectorTier):
     async def add(self, cmd: AddCommand) -> AddResult:
         scope = cmd.scope
         document = parse_document(cmd.document_json)  # check_add made sure it parses
-        limit, max_bytes = self._settings.max_documents, self._settings.max_bytes
+        room = self._room(scope)
+        max_bytes = room.max_bytes
         new_bytes = utf8_len(cmd.document_json)
-        live = self._live(scope)
-        async with self._locks((scope.tenant, scope.user_id)):
-            count, operation = await self._make_room(
-                live,
-                await self._count(live),
-                limit,
-                cmd.auto_prune,
-                lambda: self._full(
-                    scope,
-                    "max_documents",
-                    limit,
-                    f"structured memory is full (max: {limit:,} documents)",
-                ),
+
+        def too_big(new_bytes: int, used: int) -> QuotaExceeded:
+            # Auto-prune frees room by count only; a byte overflow is always refused.
+            return self._full(
                 scope,
+                "max_bytes",
+                max_bytes,
+                f"structured memory would exceed its size quota with this {new_bytes:,}-"
+                f"byte document ({used:,} bytes used, max: {max_bytes:,} bytes)",
             )
-            size = await self._memory.bytes_used(
-                live, count, max_bytes - new_bytes, self._max_content_bytes
+
+        async with self._locks(room.lock_key):
+            operation, held = await self._reserve_one(
+                scope, room, new_bytes, cmd.auto_prune, too_big=too_big
             )
-            if size + new_bytes > max_bytes:
-                # Auto-prune frees room by count only; a byte overflow is always refused.
-                raise self._full(
-                    scope,
-                    "max_bytes",
-                    max_bytes,
-                    f"structured memory would exceed its size quota with this {new_bytes:,}-"
-                    f"byte document ({size:,} bytes used, max: {max_bytes:,} bytes)",
-                )
             now = self._clock()
             record = cmd.new_record(
                 flatten_document(document),
@@ -156,8 +147,9 @@ class StructuredTier(ArchivingVectorTier):
             )
             digest = content_hash(scope, Tier.STRUCTURED, "", record.content)
             payload = to_payload(record, scope, digest, self._compress_over_bytes)
-            await self._memory.insert([NewPoint(record, payload, embed_text_of(payload))])
-        return AddResult(record.id, operation, Tier.STRUCTURED, max(0, limit - count - 1))
+            point = NewPoint(record, payload, embed_text_of(payload))
+            await self._ledger.write(scope, [record], lambda: self._memory.insert([point]))
+        return AddResult(record.id, operation, Tier.STRUCTURED, max(0, room.max_count - held))
 
     def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
         problems = self._check_vector_restore(record)
@@ -173,8 +165,9 @@ class StructuredTier(ArchivingVectorTier):
         return flatten_document(parse_document(record.document_json))
 
     async def usage(self, scope: Scope) -> TierUsage:
-        """Live documents and their JSON bytes, against the per-user quota."""
-        count, size = await self._memory.measure(self._live(scope))
+        """Documents held (what the quota counts) and their JSON bytes: the counters."""
+        held = await self._ledger.held(scope)
+        count, size = held.count, held.bytes
         max_count, max_bytes = self._settings.max_documents, self._settings.max_bytes
         return TierUsage(
             Tier.STRUCTURED,
