@@ -67,6 +67,9 @@ from memoryd.core.validation import Violations
 from memoryd.settings import EntitySettings, LimitSettings
 from memoryd.stores.vectors.port import Filter, HasId, IsEmpty, MatchAny, MatchValue, Range
 
+# Times closer than this are one instant (epoch seconds; see `_current`).
+_TIME_STEP = 1e-6
+
 
 @dataclass
 class EntityChange:
@@ -116,8 +119,11 @@ class EntityTier:
 
     def _current(self, flt: Filter) -> Filter:
         """Relations that hold now: never closed, or closed in the future."""
-        now = self._clock()
-        return flt.and_(Filter(should=[IsEmpty(INVALID_AT), Range(INVALID_AT, gt=now)]))
+        # A relation closed "now" is closed. The store keeps times as JSON numbers, whose
+        # parse may land one float step away (about 0.2 µs today): a microsecond's margin
+        # keeps that step from reopening it.
+        later = self._clock() + _TIME_STEP
+        return flt.and_(Filter(should=[IsEmpty(INVALID_AT), Range(INVALID_AT, gt=later)]))
 
     def _relations_of(self, scope: Scope, keys: Sequence[str], *, live_only: bool = True) -> Filter:
         ends = Filter(should=[MatchAny(SUBJECT_KEY, list(keys)), MatchAny(OBJECT_KEY, list(keys))])
