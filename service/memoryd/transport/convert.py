@@ -102,7 +102,7 @@ _MIN_NANOS = _MIN_SECONDS * 1_000_000_000
 _MAX_NANOS = _MAX_SECONDS * 1_000_000_000 + 999_999_999
 
 
-def _seconds(ts: Timestamp, field: str) -> float:
+def seconds_of(ts: Timestamp, field: str) -> float:
     """A request's Timestamp as epoch seconds; one outside the Timestamp range is refused
     (it could never be sent back)."""
     if not _MIN_SECONDS <= ts.seconds <= _MAX_SECONDS:
@@ -117,7 +117,7 @@ def _seconds(ts: Timestamp, field: str) -> float:
     return float(Fraction(ts.seconds * 1_000_000_000 + ts.nanos, 1_000_000_000))
 
 
-def _timestamp(seconds: float) -> Timestamp:
+def timestamp_of(seconds: float) -> Timestamp:
     """Epoch seconds as a Timestamp. Times are kept as floats, which round: the last
     representable instant comes back a little past it, so it is clamped into the range
     (as is anything stored before out-of-range times were refused)."""
@@ -164,7 +164,7 @@ def add_command(req: pb.AddRequest, principal: Principal) -> AddCommand:
         key=req.key,
         metadata=dict(req.metadata),
         importance=req.importance if req.HasField("importance") else None,
-        expires_at=_seconds(req.expires_at, "expires_at") if req.HasField("expires_at") else None,
+        expires_at=seconds_of(req.expires_at, "expires_at") if req.HasField("expires_at") else None,
         role=enum_from_proto(Role, req.role, "role"),
         source=enum_from_proto(Source, req.source, "source"),
         auto_prune=req.auto_prune,
@@ -172,7 +172,7 @@ def add_command(req: pb.AddRequest, principal: Principal) -> AddCommand:
         document_json=req.document_json,
         entity=entity_from_proto(req.entity) if req.HasField("entity") else None,
         relation=relation_from_proto(req.relation) if req.HasField("relation") else None,
-        occurred_at=_seconds(req.occurred_at, "occurred_at")
+        occurred_at=seconds_of(req.occurred_at, "occurred_at")
         if req.HasField("occurred_at")
         else None,
     )
@@ -265,13 +265,13 @@ def memory_item(record: MemoryRecord) -> pb.MemoryItem:
     if record.relation is not None:
         item.relation.CopyFrom(relation_to_proto(record.relation))
     if record.created_at:
-        item.created_at.CopyFrom(_timestamp(record.created_at))
+        item.created_at.CopyFrom(timestamp_of(record.created_at))
     if record.updated_at:
-        item.updated_at.CopyFrom(_timestamp(record.updated_at))
+        item.updated_at.CopyFrom(timestamp_of(record.updated_at))
     if record.expires_at is not None:
-        item.expires_at.CopyFrom(_timestamp(record.expires_at))
+        item.expires_at.CopyFrom(timestamp_of(record.expires_at))
     if record.occurred_at:
-        item.occurred_at.CopyFrom(_timestamp(record.occurred_at))
+        item.occurred_at.CopyFrom(timestamp_of(record.occurred_at))
     return item
 
 
@@ -365,13 +365,13 @@ def record_from_item(item: pb.MemoryItem) -> MemoryRecord:
         key=item.key,
         metadata=dict(item.metadata),
         importance=item.importance,
-        created_at=_seconds(item.created_at, "item.created_at")
+        created_at=seconds_of(item.created_at, "item.created_at")
         if item.HasField("created_at")
         else 0.0,
-        updated_at=_seconds(item.updated_at, "item.updated_at")
+        updated_at=seconds_of(item.updated_at, "item.updated_at")
         if item.HasField("updated_at")
         else 0.0,
-        expires_at=_seconds(item.expires_at, "item.expires_at")
+        expires_at=seconds_of(item.expires_at, "item.expires_at")
         if item.HasField("expires_at")
         else None,
         source=enum_from_proto(Source, item.source, "item.source"),
@@ -388,11 +388,11 @@ def record_from_item(item: pb.MemoryItem) -> MemoryRecord:
             FactVersion(
                 content=v.content,
                 source=enum_from_proto(Source, v.source, "item.history.source"),
-                replaced_at=_seconds(v.replaced_at, "item.history.replaced_at"),
+                replaced_at=seconds_of(v.replaced_at, "item.history.replaced_at"),
             )
             for v in item.history
         ),
-        occurred_at=_seconds(item.occurred_at, "item.occurred_at")
+        occurred_at=seconds_of(item.occurred_at, "item.occurred_at")
         if item.HasField("occurred_at")
         else 0.0,
         position=item.position,
@@ -434,12 +434,12 @@ def relation_from_proto(relation: pb.Relation) -> Relation:
         predicate=relation.predicate,
         object=relation.object,
         valid_from=(
-            _seconds(relation.valid_from, "relation.valid_from")
+            seconds_of(relation.valid_from, "relation.valid_from")
             if relation.HasField("valid_from")
             else None
         ),
         invalid_at=(
-            _seconds(relation.invalid_at, "relation.invalid_at")
+            seconds_of(relation.invalid_at, "relation.invalid_at")
             if relation.HasField("invalid_at")
             else None
         ),
@@ -451,9 +451,9 @@ def relation_to_proto(relation: Relation) -> pb.Relation:
         subject=relation.subject, predicate=relation.predicate, object=relation.object
     )
     if relation.valid_from is not None:
-        message.valid_from.CopyFrom(_timestamp(relation.valid_from))
+        message.valid_from.CopyFrom(timestamp_of(relation.valid_from))
     if relation.invalid_at is not None:
-        message.invalid_at.CopyFrom(_timestamp(relation.invalid_at))
+        message.invalid_at.CopyFrom(timestamp_of(relation.invalid_at))
     return message
 
 
@@ -482,7 +482,7 @@ def fact_version_to_proto(version: FactVersion) -> pb.FactVersion:
         content=version.content,
         source=enum_to_proto(version.source),  # type: ignore[arg-type]
     )
-    message.replaced_at.CopyFrom(_timestamp(version.replaced_at))
+    message.replaced_at.CopyFrom(timestamp_of(version.replaced_at))
     return message
 
 

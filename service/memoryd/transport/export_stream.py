@@ -59,7 +59,7 @@ def header(
         format_version=FORMAT_VERSION,
         skipped_tiers=[convert.enum_to_proto(t) for t in skipped],  # type: ignore[misc]
     )
-    message.exported_at.FromNanoseconds(round(exported_at * 1e9))
+    message.exported_at.CopyFrom(convert.timestamp_of(exported_at))
     return message
 
 
