@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
+from memoryd.stores.redis_family import redis_adapter, redis_url
+
 if TYPE_CHECKING:
     from memoryd.settings import Settings
     from memoryd.stores.hot.port import HotStore
@@ -26,17 +28,13 @@ def _in_process(settings: Settings) -> HotStore:
 def _redis(settings: Settings) -> HotStore:
     from memoryd.stores.hot.redis_store import RedisHotStore
 
-    if not settings.redis_url:
-        raise ValueError("the redis hot store needs redis_url")
-    return RedisHotStore(settings.redis_url)
+    return RedisHotStore(redis_url(settings, "hot store"))
 
 
 def _redis_cluster(settings: Settings) -> HotStore:
     from memoryd.stores.hot.redis_store import RedisHotStore
 
-    if not settings.redis_url:
-        raise ValueError("the redis cluster hot store needs redis_url (any node of it)")
-    return RedisHotStore(settings.redis_url, cluster=True)
+    return RedisHotStore(redis_url(settings, "hot store", cluster=True), cluster=True)
 
 
 ADAPTERS: dict[str, HotStoreFactory] = {
@@ -48,6 +46,4 @@ ADAPTERS: dict[str, HotStoreFactory] = {
 
 def adapter_name(settings: Settings) -> str:
     """Redis (or a Redis Cluster) when a URL is configured, else the server's own memory."""
-    if not settings.redis_url:
-        return "in_process"
-    return "redis_cluster" if settings.redis_cluster else "redis"
+    return redis_adapter(settings) or "in_process"

@@ -11,6 +11,8 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
+from memoryd.stores.redis_family import redis_adapter, redis_url
+
 if TYPE_CHECKING:
     from memoryd.settings import Settings
     from memoryd.stores.queue.port import WriteBehindQueue
@@ -27,23 +29,21 @@ def _file(settings: Settings) -> WriteBehindQueue:
 def _redis(settings: Settings) -> WriteBehindQueue:
     from memoryd.stores.queue.redis_stream import RedisStreamQueue
 
-    if not settings.redis_url:
-        raise ValueError("the redis write-behind queue needs redis_url")
+    url = redis_url(settings, "write-behind queue")
     # A stable consumer name: after a restart the replica first gets back what it had taken.
     consumer = settings.instance_id or socket.gethostname()
     return RedisStreamQueue.from_url(
-        settings.redis_url, consumer, claim_idle_s=settings.write_behind.claim_after_seconds
+        url, consumer, claim_idle_s=settings.write_behind.claim_after_seconds
     )
 
 
 def _redis_cluster(settings: Settings) -> WriteBehindQueue:
     from memoryd.stores.queue.redis_stream import CLUSTER_STREAM, RedisStreamQueue
 
-    if not settings.redis_url:
-        raise ValueError("the redis cluster write-behind queue needs redis_url (any node of it)")
+    url = redis_url(settings, "write-behind queue", cluster=True)
     consumer = settings.instance_id or socket.gethostname()
     return RedisStreamQueue.from_url(
-        settings.redis_url,
+        url,
         consumer,
         cluster=True,
         stream=CLUSTER_STREAM,
@@ -61,6 +61,4 @@ ADAPTERS: dict[str, QueueFactory] = {
 def adapter_name(settings: Settings) -> str:
     """The Redis stream (on one Redis or a Redis Cluster) when a URL is configured, else a
     journal under the data directory."""
-    if not settings.redis_url:
-        return "file"
-    return "redis_cluster" if settings.redis_cluster else "redis"
+    return redis_adapter(settings) or "file"

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
+from memoryd.stores.redis_family import redis_adapter, redis_url
+
 if TYPE_CHECKING:
     from memoryd.settings import Settings
     from memoryd.stores.ratelimit.port import TokenBuckets
@@ -26,17 +28,13 @@ def _in_process(settings: Settings) -> TokenBuckets:
 def _redis(settings: Settings) -> TokenBuckets:
     from memoryd.stores.ratelimit.redis_buckets import RedisBuckets
 
-    if not settings.redis_url:
-        raise ValueError("the redis rate-limit buckets need redis_url")
-    return RedisBuckets(settings.redis_url)
+    return RedisBuckets(redis_url(settings, "rate-limit buckets"))
 
 
 def _redis_cluster(settings: Settings) -> TokenBuckets:
     from memoryd.stores.ratelimit.redis_buckets import RedisBuckets
 
-    if not settings.redis_url:
-        raise ValueError("the redis cluster rate-limit buckets need redis_url (any node of it)")
-    return RedisBuckets(settings.redis_url, cluster=True)
+    return RedisBuckets(redis_url(settings, "rate-limit buckets", cluster=True), cluster=True)
 
 
 ADAPTERS: dict[str, BucketsFactory] = {
@@ -49,6 +47,4 @@ ADAPTERS: dict[str, BucketsFactory] = {
 def adapter_name(settings: Settings) -> str:
     """Redis (or a Redis Cluster) when a URL is configured, so that every replica shares
     the buckets; else this process's own."""
-    if not settings.redis_url:
-        return "in_process"
-    return "redis_cluster" if settings.redis_cluster else "redis"
+    return redis_adapter(settings) or "in_process"

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
+from memoryd.stores.redis_family import redis_adapter, redis_url
+
 if TYPE_CHECKING:
     from memoryd.settings import Settings
     from memoryd.stores.usage.port import UsageCounters
@@ -26,17 +28,13 @@ def _in_process(settings: Settings) -> UsageCounters:
 def _redis(settings: Settings) -> UsageCounters:
     from memoryd.stores.usage.redis_counters import RedisCounters
 
-    if not settings.redis_url:
-        raise ValueError("the redis usage counters need redis_url")
-    return RedisCounters.from_url(settings.redis_url)
+    return RedisCounters.from_url(redis_url(settings, "usage counters"))
 
 
 def _redis_cluster(settings: Settings) -> UsageCounters:
     from memoryd.stores.usage.redis_counters import RedisCounters
 
-    if not settings.redis_url:
-        raise ValueError("the redis cluster usage counters need redis_url (any node of it)")
-    return RedisCounters.from_url(settings.redis_url, cluster=True)
+    return RedisCounters.from_url(redis_url(settings, "usage counters", cluster=True), cluster=True)
 
 
 ADAPTERS: dict[str, CountersFactory] = {
@@ -50,6 +48,4 @@ def adapter_name(settings: Settings) -> str:
     """Redis (or a Redis Cluster) when a URL is configured, so that every replica counts
     in one place; else the server's own memory, rebuilt from the vector store on first use
     after each start."""
-    if not settings.redis_url:
-        return "in_process"
-    return "redis_cluster" if settings.redis_cluster else "redis"
+    return redis_adapter(settings) or "in_process"
