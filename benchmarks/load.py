@@ -3,11 +3,17 @@
     make bench                                   # starts its own server, runs everything
     PYTHONPATH=service .venv/bin/python benchmarks/load.py --start-server
     PYTHONPATH=service .venv/bin/python benchmarks/load.py --target 127.0.0.1:50051 \\
-        -c 1,50 -z 10s --procs 2 --scenarios add_long_term,retrieve_new
+        -c 1,50 -z 10s --procs 2 --scenarios add_long_term,retrieve_new [--driver python]
 
 Each scenario runs once per concurrency in ``-c``: ``c`` callers (coroutines, each with
 one call in flight) spread over ``--procs`` client processes (one gRPC channel each), for
-``-z`` (duration) or ``-n`` (calls in total), after ``--warmup`` of unrecorded calls. A
+``-z`` (duration) or ``-n`` (calls in total), after ``--warmup`` of unrecorded calls.
+
+The client processes are Go (``--driver go``, benchmarks/driver/: compiled, goroutine
+callers, ghz's way) when Debian's Go toolchain and packaged grpc libraries are installed
+(``make clients-deps``), built into a temporary directory at start; else Python grpc.aio
+processes (``--driver python``), which cost the shared cores far more and add their own
+latency to every call (RESULTS.md: "The load drivers"). The report says which ran. A
 report per run is written with ghz's field names (benchmarks/ghz_report.py), plus
 ``summary.json`` with the machine's load average around every run, the 10k-memory fill's
 rate, and the configured embedder's own batched throughput on the long-term Adds' texts
@@ -31,6 +37,7 @@ import os
 import platform
 import random
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -410,8 +417,100 @@ class Clients:
             proc.join(timeout=10)
 
 
+GO_PACKAGE = "memoryd.dev"
+GO_LIBRARIES = Path("/usr/share/gocode")
+
+
+def go_missing() -> str | None:
+    """None when the Go driver can be built here, else why not."""
+    if shutil.which("go") is None:
+        return "no `go` toolchain (make clients-deps)"
+    if not (GO_LIBRARIES / "src/google.golang.org/grpc").is_dir():
+        return f"no packaged grpc-go under {GO_LIBRARIES} (make clients-deps)"
+    return None
+
+
+def build_go_driver(workdir: Path) -> Path:
+    """benchmarks/driver built against the committed Go stubs, in GOPATH mode with
+    Debian's packaged libraries (no module proxy here), into `workdir`."""
+    src = workdir / "src" / GO_PACKAGE
+    src.mkdir(parents=True, exist_ok=True)
+    for name, target in (("client", ROOT / "clients/go"), ("driver", ROOT / "benchmarks/driver")):
+        if not (src / name).exists():
+            (src / name).symlink_to(target)
+    binary = workdir / "driver"
+    env = {
+        **os.environ,
+        "GO111MODULE": "off",
+        "GOPATH": f"{workdir}:{GO_LIBRARIES}",
+        "GOFLAGS": "",
+    }
+    if not any(os.environ.get(v) for v in ("GOCACHE", "XDG_CACHE_HOME", "HOME")):
+        env["GOCACHE"] = str(workdir / "cache")  # go's default cache lives under $HOME
+    built = subprocess.run(
+        ["go", "build", "-o", str(binary), f"{GO_PACKAGE}/driver"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if built.returncode != 0:
+        raise RuntimeError(f"the Go driver does not build:\n{built.stderr}")
+    return binary
+
+
+class GoClients:
+    """The Go driver: one process per job, started for each run (a few ms), each with
+    one connection; its JSON is the shape `_run_job` returns."""
+
+    def __init__(self, binary: Path) -> None:
+        self._binary = binary
+
+    def command(self, job: Job) -> list[str]:
+        args = [
+            str(self._binary),
+            f"-target={job.target}",
+            f"-scenario={job.scenario}",
+            f"-run={job.run}",
+            f"-proc={job.proc}",
+            f"-c={job.callers}",
+            f"-first-worker={job.first_worker}",
+            f"-start-at={job.start_at:.6f}",
+            f"-warmup={job.warmup_s}",
+            f"-timeout={CALL_TIMEOUT_S}",
+        ]
+        if job.counts is not None:
+            args.append("-counts=" + ",".join(str(n) for n in job.counts))
+        else:
+            args.append(f"-z={job.duration_s}")
+        return args
+
+    def run(self, jobs: list[Job]) -> list[dict[str, Any]]:
+        procs = [
+            subprocess.Popen(self.command(job), stdout=subprocess.PIPE, text=True) for job in jobs
+        ]
+        results = []
+        for proc in procs:
+            out, _ = proc.communicate()
+            if proc.returncode != 0:
+                raise RuntimeError(f"the Go driver failed (exit {proc.returncode})")
+            raw = json.loads(out)
+            window = raw["window"] if raw["latencies"] else [float("inf"), 0.0]
+            results.append(
+                {
+                    "latencies": raw["latencies"],
+                    "codes": Counter(raw["codes"]),
+                    "errors": Counter(raw["errors"]),
+                    "window": window,
+                }
+            )
+        return results
+
+    def close(self) -> None:
+        pass
+
+
 def run_scenario(
-    clients: Clients,
+    clients: Clients | GoClients,
     args: argparse.Namespace,
     name: str,
     concurrency: int,
@@ -455,6 +554,7 @@ def run_scenario(
         "duration_s": None if args.total else args.duration,
         "total": args.total or None,
         "warmup_s": args.warmup,
+        "driver": args.driver,
         "target": args.target,
         "loadavg_before": load_before,
         "loadavg_after": load_after,
@@ -595,6 +695,8 @@ def started_server(env: dict[str, str], data_dir: Path) -> Iterator[str]:
         "MEMORYD_LISTEN": target,
         "MEMORYD_DATA_DIR": str(data_dir),
         "MEMORYD_LOG_LEVEL": "WARNING",
+        # Metrics on, as by default, on a free port: another server may hold the fixed one.
+        "MEMORYD_METRICS__LISTEN": "127.0.0.1:0",
         **env,
     }
     server = subprocess.Popen([sys.executable, "-m", "memoryd", "serve"], env=full_env)
@@ -664,6 +766,13 @@ def _parser() -> argparse.ArgumentParser:
         default=1024,
         help="texts of the embedder's own throughput, measured after add_long_term (0: skip)",
     )
+    p.add_argument(
+        "--driver",
+        choices=("auto", "go", "python"),
+        default="auto",
+        help="client processes: go (benchmarks/driver) or python; auto: go when it can be "
+        "built here",
+    )
     p.add_argument("--out", type=Path, help="report directory (default benchmarks/results/…)")
     return p
 
@@ -682,6 +791,14 @@ def main(argv: list[str] | None = None) -> int:
     # quota, so the check is skipped. The bench's texts are under 200 bytes.
     server_env.setdefault("MEMORYD_LIMITS__MAX_CONTENT_BYTES", "8192")
     args.run = f"{int(time.time()) % 100000:05d}"
+    missing = go_missing()
+    if args.driver == "go" and missing:
+        print(f"--driver go: {missing}", file=sys.stderr)
+        return 2
+    if args.driver == "auto":
+        args.driver = "python" if missing else "go"
+        if missing:
+            print(f"driver: python ({missing}); its client processes load the cores more")
     out = args.out or ROOT / "benchmarks" / "results" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {
@@ -694,10 +811,12 @@ def main(argv: list[str] | None = None) -> int:
         },
         "argv": sys.argv,
         "server_env": server_env,
+        "driver": args.driver,
         "runs": [],
     }
     with (
         tempfile.TemporaryDirectory(prefix="memoryd-bench-") as data_dir,
+        tempfile.TemporaryDirectory(prefix="memoryd-driver-") as go_dir,
         (
             started_server(server_env, Path(data_dir)) if not args.target else _given(args.target)
         ) as target,
@@ -706,7 +825,10 @@ def main(argv: list[str] | None = None) -> int:
         if any(SCENARIOS[n].needs_fill for n in names) and args.fill:
             print(f"filling {FILLED_USER} to {args.fill:,} long-term memories")
             summary["fill"] = asyncio.run(fill(target, FILLED_USER, args.fill))
-        clients = Clients(args.procs)
+        clients = (
+            GoClients(build_go_driver(Path(go_dir))) if args.driver == "go" else Clients(args.procs)
+        )
+        print(f"driver: {args.driver}, {args.procs} client processes")
         reports: list[dict[str, Any]] = []
         try:
             for name in names:

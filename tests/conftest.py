@@ -64,6 +64,18 @@ def redis_settings(request: pytest.FixtureRequest, adapter: str, **values: Any) 
     return Settings(redis_url=server.url, **values)
 
 
+@pytest.fixture(params=["in_process", "redis", "redis_cluster"])
+def redis_family(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Server settings for each place the Redis-family stores (hot tiers, write-behind
+    queue, usage counters, user locks) live: the server's own, one Redis, a Redis Cluster."""
+    if request.param == "redis":
+        return {"redis_url": request.getfixturevalue("redis_server").url}
+    if request.param == "redis_cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        return {"redis_url": cluster.url, "redis_cluster": True}
+    return {}
+
+
 @pytest.fixture
 async def redis_client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
     client = aioredis.Redis.from_url(redis_server.url)

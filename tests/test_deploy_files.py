@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import posixpath
 import re
@@ -236,11 +237,22 @@ def test_the_image_keeps_data_in_a_volume_and_needs_nothing_else_writable() -> N
     assert env["PYTHONDONTWRITEBYTECODE"] == "1"
 
 
+def image_health_check() -> list[str]:
+    """The image's HEALTHCHECK command (exec form)."""
+    (check,) = stages()[-1].values("HEALTHCHECK")
+    _, _, command = check.partition("CMD")
+    return list(json.loads(command))
+
+
 def test_the_image_health_check_is_memoryd_health() -> None:
     (check,) = stages()[-1].values("HEALTHCHECK")
-    options, _, command = check.partition("CMD")
-    assert command.strip().startswith('["memoryd", "health"')
-    assert "--start-period=" in options  # the model loads before the server listens
+    assert "--start-period=" in check.partition("CMD")[0]  # the model loads first
+    command = image_health_check()
+    assert command[:2] == ["memoryd", "health"]
+    # No --service: the overall status (""), which the server keeps equal to
+    # memoryd.v1.MemoryService (ready: every store up); the default --target is the
+    # image's MEMORYD_LISTEN asked on loopback.
+    assert "--service" not in command and "--target" not in command
 
 
 def test_the_image_exposes_the_ports_it_listens_on(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -373,13 +385,13 @@ def read_only_root() -> None:
 
 
 async def health_exit(venv: Path, target: str, env: Mapping[str, str]) -> int:
+    """The image's HEALTHCHECK command, as Docker runs it (only the port differs here)."""
+    _, *args = image_health_check()
     proc = await asyncio.create_subprocess_exec(
         str(venv / "bin" / "memoryd"),
-        "health",
+        *args,
         "--target",
         target,
-        "--service",
-        SERVICE_NAME,
         env=dict(env),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,

@@ -26,6 +26,7 @@ from memoryd.core.models import MemoryRecord, Scope, Tier
 from memoryd.core.observe import observed
 from memoryd.core.rate_limits import RateLimits
 from memoryd.core.retrieval import bm25
+from memoryd.core.retrieval.temporal import TimeResolver
 from memoryd.core.retrieval.token_budget import TokenCounter
 from memoryd.core.sessions.extraction import ReplyLimits, SessionExtractor
 from memoryd.core.sessions.sessions import Sessions
@@ -39,6 +40,7 @@ from memoryd.core.tiers.short_term import ShortTermTier
 from memoryd.settings import Settings
 from memoryd.stores import embeddings as embedder_adapters
 from memoryd.stores import hot as hot_adapters
+from memoryd.stores import locks as lock_adapters
 from memoryd.stores import queue as queue_adapters
 from memoryd.stores import ratelimit as bucket_adapters
 from memoryd.stores import usage as usage_adapters
@@ -199,6 +201,7 @@ def open_vectors(settings: Settings, embedder: Embedder) -> VectorStore:
         embedder.warm()  # loads the model now, so no request pays for it
     except EmbedderUnavailable as exc:
         raise StartupRefused(f"the embedder cannot be reached: {exc}") from exc
+    TimeResolver().warm()  # dateparser's data is shared: the first timed query is quick
     store = open_vector_store(settings, embedder.dim)
     try:
         check_embedder_matches(store, embedder)
@@ -363,7 +366,7 @@ async def _build_app(
     )
     batcher = build_batcher(settings, embedder)
     memory = VectorMemory(
-        observed(vectors, vectors_name, observer, skip=("healthy", "close")),
+        observed(vectors, vectors_name, observer, skip=("healthy", "close", "generation")),
         batcher,
         settings.retrieval,
         clock,
@@ -377,6 +380,7 @@ async def _build_app(
     quotas = QuotaProfiles(settings.quotas, settings.long_term)
     buckets = build_buckets(settings)
     counters = usage_adapters.ADAPTERS[usage_adapters.adapter_name(settings)](settings)
+    locks = lock_adapters.ADAPTERS[lock_adapters.adapter_name(settings)](settings)
     deps = TierDeps(
         settings=settings,
         clock=clock,
@@ -385,6 +389,7 @@ async def _build_app(
         archive=archive,
         quotas=quotas,
         counters=counters,
+        locks=locks,
         on_message=copy_message,
     )
     tiers = build_tiers(deps)
@@ -451,6 +456,7 @@ async def _build_app(
             *([chat.close] if chat else []),
             buckets.close,
             counters.close,
+            locks.close,
         ],
         memory=memory,
         backups=backups,

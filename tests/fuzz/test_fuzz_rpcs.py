@@ -90,6 +90,7 @@ async def fuzzed(
     """One server for every example, with small quotas so full tiers are reached."""
     settings_ = Settings(
         listen="127.0.0.1:0",
+        metrics={"listen": "127.0.0.1:0"},  # never the fixed default: workers run at once
         data_dir=Path(tmp_path_factory.mktemp("fuzz")) / "data",
         long_term={"max_memories": 40},
         structured={"max_documents": 20},

@@ -244,12 +244,12 @@ async def test_the_callers_request_id_is_echoed_and_a_new_one_made_when_absent(
     request = pb.RetrieveRequest(scope=scope("u-rid"))
     call = memoryd.stub.Retrieve(request, metadata=(("x-request-id", "caller-id-42"),))
     await call
-    assert request_id_of(await call.initial_metadata()) == "caller-id-42"
+    assert request_id_of(await call.trailing_metadata()) == "caller-id-42"
     made = []
     for _ in range(2):
         call = memoryd.stub.Retrieve(request)
         await call
-        made.append(request_id_of(await call.initial_metadata()))
+        made.append(request_id_of(await call.trailing_metadata()))
     assert all(made) and made[0] != made[1]
 
 
@@ -259,7 +259,10 @@ async def test_a_failing_call_still_echoes_its_request_id(memoryd: RunningServer
     )
     err = await rpc_error(call)
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert request_id_of(await call.initial_metadata()) == "bad-call-1"
+    # With the error's details beside it (google.rpc.Status), which it does not displace.
+    trailing = await call.trailing_metadata()
+    assert request_id_of(trailing) == "bad-call-1"
+    assert any(key == "grpc-status-details-bin" for key, _ in trailing)
 
 
 async def test_each_call_writes_one_json_line_with_its_outcome(

@@ -115,6 +115,34 @@ async def test_message_copies_make_room_from_the_oldest_copies_only(
     assert len(session.items) == 10  # the conversation itself is untouched
 
 
+async def test_a_late_copy_of_an_older_message_pushes_out_no_newer_copy(
+    small_any_queue: RunningServer, user_id: str
+) -> None:
+    """Workers may copy batches out of order; the copies kept are still the newest."""
+    s, chat = small_any_queue, Scope("default", user_id, session_id="chat")
+
+    def message(n: int) -> MemoryRecord:
+        return MemoryRecord(
+            id=str(uuid.uuid4()),
+            tier=Tier.SHORT_TERM,
+            content=f"Message number {n}",
+            role=Role.USER,
+            created_at=1_700_000_000.0 + n,
+        )
+
+    await remember(s, user_id, "The user is a nurse")
+    for n in (8, 9):
+        await s.app.copier.enqueue(chat, message(n))
+    await s.app.copier.drain()
+    await s.app.copier.enqueue(chat, message(7))  # arrives after the newer ones
+    await s.app.copier.drain()
+    assert await long_term(s, user_id) == [
+        "Message number 8",
+        "Message number 9",
+        "The user is a nurse",
+    ]
+
+
 async def test_a_tier_full_of_explicit_memories_gets_no_copies(
     small: RunningServer,
     user_id: str,

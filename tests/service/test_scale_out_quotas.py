@@ -10,6 +10,7 @@ servers embed through the OpenAI-compatible test stub, so each start takes secon
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -22,6 +23,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from load import missing_long_term
+from memoryd.stores.usage.port import CounterKey
+from memoryd.stores.usage.redis_counters import RedisCounters
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
 from openai_stub import OpenAIStub, running_openai_stub
@@ -30,7 +33,7 @@ from redis_server import RedisServer, free_port
 from rpc import scope
 
 SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"
-LT = pb.TIER_LONG_TERM
+LT, E = pb.TIER_LONG_TERM, pb.TIER_ENTITY
 MAX_MEMORIES, MAX_BYTES = 20, 600
 FAST_RECONNECT = [
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -62,7 +65,11 @@ class Replica:
 
 @asynccontextmanager
 async def replica(
-    data: Path, name: str, target: tuple[str, bool], embeddings: OpenAIStub
+    data: Path,
+    name: str,
+    target: tuple[str, bool],
+    embeddings: OpenAIStub,
+    extra_env: dict[str, str] | None = None,
 ) -> AsyncIterator[Replica]:
     """A `memoryd serve` process on its own data directory and the shared Redis."""
     listen = f"127.0.0.1:{free_port()}"
@@ -84,6 +91,7 @@ async def replica(
         "MEMORYD_EMBEDDER__OPENAI_BASE_URL": embeddings.url,
         "MEMORYD_EMBEDDER__OPENAI_API_KEY": "sk-test",
         "MEMORYD_EMBEDDER__OPENAI_DIMENSIONS": "8",
+        **(extra_env or {}),
     }
     log = os.open(data.with_suffix(".log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
@@ -110,6 +118,23 @@ async def replica(
         if proc.returncode is None:
             proc.send_signal(signal.SIGKILL)
         await proc.wait()
+
+
+async def started(
+    stack: AsyncExitStack,
+    n: int,
+    tmp_path: Path,
+    target: tuple[str, bool],
+    embeddings: OpenAIStub,
+    extra_env: dict[str, str] | None = None,
+) -> list[Replica]:
+    """`n` replicas on the shared Redis, stopped when `stack` closes."""
+    return [
+        await stack.enter_async_context(
+            replica(tmp_path / f"replica-{i}", f"replica-{i}", target, embeddings, extra_env)
+        )
+        for i in range(n)
+    ]
 
 
 async def stored(replicas: list[Replica], user: str) -> tuple[int, int]:
@@ -154,12 +179,7 @@ async def test_fifty_adders_across_replicas_never_pass_the_count_or_byte_quota(
     n_replicas: int,
 ) -> None:
     async with AsyncExitStack() as stack:
-        replicas = [
-            await stack.enter_async_context(
-                replica(tmp_path / f"replica-{i}", f"replica-{i}", redis_target, embeddings)
-            )
-            for i in range(n_replicas)
-        ]
+        replicas = await started(stack, n_replicas, tmp_path, redis_target, embeddings)
         # Short memories: the count binds (20 x 9 bytes is far under 600).
         by_count = f"{user_id}-n"
         acked = await add_concurrently(replicas, by_count, [f"Fact {n:04d}" for n in range(50)])
@@ -218,3 +238,84 @@ async def test_a_replica_killed_mid_run_loses_no_acknowledged_write_and_the_quot
             # (until maintenance recounts), never less than what is stored.
             held, held_bytes = await counted(survivor, user_id)
             assert held >= count and held_bytes >= size
+
+
+MAX_ENTITIES = MAX_RELATIONS = 20
+ENTITY_QUOTA = {
+    "MEMORYD_QUOTAS__PROFILES": json.dumps(
+        {"default": {"entity_max_entities": MAX_ENTITIES, "entity_max_relations": MAX_RELATIONS}}
+    )
+}
+
+
+async def stored_entities(replicas: list[Replica], user: str) -> tuple[int, int]:
+    """Entities and relations every replica's store holds for the user, summed."""
+    entities = relations = 0
+    for r in replicas:
+        dump = [x async for x in r.stub.Export(pb.ExportRequest(scope=scope(user), tiers=[E]))]
+        items = [x.item for x in dump if x.HasField("item") and not x.item.deleted]
+        entities += sum(i.HasField("entity") for i in items)
+        relations += sum(i.HasField("relation") for i in items)
+    return entities, relations
+
+
+async def counted_entities(target: tuple[str, bool], user: str) -> tuple[int, int]:
+    """The shared entity and relation counters (0: never used, so never built)."""
+    counters = RedisCounters.from_url(target[0], cluster=target[1])
+    try:
+        got = [
+            await counters.get(CounterKey("default", user, f"entity/{kind}"))
+            for kind in ("entities", "relations")
+        ]
+    finally:
+        await counters.close()
+    return tuple(c.count if c is not None else 0 for c in got)  # type: ignore[return-value]
+
+
+@pytest.mark.slow  # several server processes
+@pytest.mark.parametrize("n_replicas", [2, 3])
+async def test_fifty_adders_across_replicas_never_pass_the_entity_or_relation_quota(
+    tmp_path: Path,
+    redis_target: tuple[str, bool],
+    embeddings: OpenAIStub,
+    user_id: str,
+    n_replicas: int,
+) -> None:
+    async with AsyncExitStack() as stack:
+        replicas = await started(
+            stack, n_replicas, tmp_path, redis_target, embeddings, ENTITY_QUOTA
+        )
+
+        async def add(i: int, request: pb.AddRequest) -> bool:
+            try:
+                await replicas[i % n_replicas].stub.Add(request)
+            except grpc.aio.AioRpcError as err:
+                assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err
+                return False
+            return True
+
+        people = f"{user_id}-e"
+        named = [
+            pb.AddRequest(scope=scope(people), tier=E, entity=pb.Entity(name=f"Person {n}"))
+            for n in range(50)
+        ]
+        acked = await asyncio.gather(*(add(i, r) for i, r in enumerate(named)))
+        assert sum(acked) == MAX_ENTITIES
+        assert await stored_entities(replicas, people) == (MAX_ENTITIES, 0)
+        assert await counted_entities(redis_target, people) == (MAX_ENTITIES, 0)
+
+        # Each replica's own store makes its own two ends here (4 or 6 entities, in quota).
+        links = f"{user_id}-r"
+        related = [
+            pb.AddRequest(
+                scope=scope(links),
+                tier=E,
+                relation=pb.Relation(subject="Alpha", predicate=f"rel {n}", object="Beta"),
+            )
+            for n in range(50)
+        ]
+        acked = await asyncio.gather(*(add(i, r) for i, r in enumerate(related)))
+        assert sum(acked) == MAX_RELATIONS
+        entities, relations = await stored_entities(replicas, links)
+        assert relations == MAX_RELATIONS and entities <= 2 * n_replicas
+        assert await counted_entities(redis_target, links) == (entities, relations)

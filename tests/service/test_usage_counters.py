@@ -34,17 +34,6 @@ EP, SD = pb.TIER_EPISODIC, pb.TIER_STRUCTURED
 DAY_S = 86_400
 
 
-@pytest.fixture(params=["in_process", "redis", "redis_cluster"])
-def counted_by(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """Server settings for each place the counters live."""
-    if request.param == "redis":
-        return {"redis_url": request.getfixturevalue("redis_server").url}
-    if request.param == "redis_cluster":
-        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
-        return {"redis_url": cluster.url, "redis_cluster": True}
-    return {}
-
-
 async def held(s: RunningServer, user: str) -> tuple[int, int]:
     """What the store holds for the user (from Export): memories not deleted, and their
     content bytes."""
@@ -90,10 +79,10 @@ def import_stream(user: str, contents: list[str]) -> Iterator[pb.ImportRequest]:
 
 
 async def test_usage_follows_every_write_path(
-    start_server: ServerFactory, counted_by: dict[str, Any], user_id: str
+    start_server: ServerFactory, redis_family: dict[str, Any], user_id: str
 ) -> None:
     clock = MovableClock()
-    s = await start_server(clock=clock, **counted_by)
+    s = await start_server(clock=clock, **redis_family)
     u = user_id
     kept = await s.stub.Add(add(u, "The user likes green tea"))
     await s.stub.Add(add(u, "The user likes green tea"))  # deduplicated: nothing more held
@@ -153,9 +142,9 @@ async def test_usage_follows_every_write_path(
 
 
 async def test_auto_prune_and_refusals_keep_the_count_exact(
-    start_server: ServerFactory, counted_by: dict[str, Any], user_id: str
+    start_server: ServerFactory, redis_family: dict[str, Any], user_id: str
 ) -> None:
-    s = await start_server(long_term={"max_memories": 10, "max_bytes": 400}, **counted_by)
+    s = await start_server(long_term={"max_memories": 10, "max_bytes": 400}, **redis_family)
     for n in range(10):
         await s.stub.Add(add(user_id, f"Fact {n}"))
     err = await rpc_error(s.stub.Add(add(user_id, "One too many")))
@@ -189,9 +178,9 @@ async def test_a_failed_write_gives_its_room_back(
 
 
 async def test_maintenance_corrects_a_counter_that_drifted(
-    start_server: ServerFactory, counted_by: dict[str, Any], user_id: str
+    start_server: ServerFactory, redis_family: dict[str, Any], user_id: str
 ) -> None:
-    s = await start_server(long_term={"max_memories": 5}, **counted_by)
+    s = await start_server(long_term={"max_memories": 5}, **redis_family)
     for n in range(3):
         await s.stub.Add(add(user_id, f"Fact {n}"))
     assert s.app.counters is not None
@@ -260,9 +249,9 @@ def document(n: int, pad: str = "") -> str:
 
 
 async def test_episodic_counters_per_agent_follow_adds_deletes_and_prunes(
-    start_server: ServerFactory, counted_by: dict[str, Any], user_id: str
+    start_server: ServerFactory, redis_family: dict[str, Any], user_id: str
 ) -> None:
-    s = await start_server(episodic={"max_episodes_per_agent": 3}, **counted_by)
+    s = await start_server(episodic={"max_episodes_per_agent": 3}, **redis_family)
     added: dict[str, list[str]] = {"planner": [], "coder": []}
     for n, agent in enumerate(["planner"] * 3 + ["coder"] * 2):
         sc = scope(user_id, agent_id=agent)
@@ -297,9 +286,9 @@ async def test_episodic_counters_per_agent_follow_adds_deletes_and_prunes(
 
 
 async def test_structured_counters_follow_adds_deletes_and_prunes_in_json_bytes(
-    start_server: ServerFactory, counted_by: dict[str, Any], user_id: str
+    start_server: ServerFactory, redis_family: dict[str, Any], user_id: str
 ) -> None:
-    s = await start_server(structured={"max_documents": 4, "max_bytes": 200}, **counted_by)
+    s = await start_server(structured={"max_documents": 4, "max_bytes": 200}, **redis_family)
     ids = []
     for n in range(4):
         reply = await s.stub.Add(

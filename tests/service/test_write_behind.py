@@ -21,7 +21,6 @@ from memoryd.transport.server import MemorydServer
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
 from openai_stub import OpenAIStub, start_openai_stub
-from redis_cluster import RedisCluster
 from rpc import scope
 
 FAILED = "I am allergic to peanuts"
@@ -50,17 +49,6 @@ async def serving(
         await server.stop(grace_s=0)
 
 
-@pytest.fixture(params=["file", "redis", "redis_cluster"])
-def queue_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """Where the write-behind queue is (with Redis, the hot tiers are there too)."""
-    if request.param == "redis_cluster":
-        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
-        return {"redis_url": cluster.url, "redis_cluster": True}
-    if request.param == "redis":
-        return {"redis_url": request.getfixturevalue("redis_server").url}
-    return {}
-
-
 async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
     """Wait for the background worker (the deadline is against hanging, not a timing test)."""
     wait = AsyncRetrying(
@@ -81,10 +69,11 @@ async def messages_found(
 
 
 async def test_a_failed_batch_is_released_and_copied_once_the_store_answers(
-    openai_api: OpenAIStub, tmp_path: Path, user_id: str, queue_settings: dict[str, Any]
+    openai_api: OpenAIStub, tmp_path: Path, user_id: str, redis_family: dict[str, Any]
 ) -> None:
     settings = Settings(
         listen="127.0.0.1:0",
+        metrics={"listen": "127.0.0.1:0"},  # never the fixed default: workers run at once
         data_dir=tmp_path,
         embedder={
             "provider": "openai",
@@ -93,7 +82,7 @@ async def test_a_failed_batch_is_released_and_copied_once_the_store_answers(
             "openai_dimensions": 8,
         },
         write_behind={"retry_seconds": 0.05},
-        **queue_settings,
+        **redis_family,
     )
     sc = scope(user_id, session_id="s")
     async with serving(settings) as (_, stub):

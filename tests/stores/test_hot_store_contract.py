@@ -95,6 +95,23 @@ async def test_eviction_frees_as_much_as_a_large_entry_needs(hot_store: HotStore
     assert [e.key for e in await hot_store.list_entries(task)] == ["big", "c"]
 
 
+async def test_room_freed_by_a_replacement_or_a_delete_is_used_before_evicting(
+    hot_store: HotStore,
+) -> None:
+    task = a_task()
+    for key in ("a", "b", "c"):  # 10 bytes each: the task is full at 30
+        await hot_store.put_entry(task, entry(key, "x" * 9), 100, 30)
+    shrunk = await hot_store.put_entry(task, entry("a", "x"), 100, 30)  # 2 bytes now
+    assert shrunk.evicted_keys == [] and shrunk.replaced
+    await hot_store.delete_entries(task, ["b", "b", "missing"])
+    # 2 + 10 in the task: an 18-byte entry fits beside them, a 19-byte one does not.
+    fits = await hot_store.put_entry(task, entry("d", "x" * 17), 100, 30)
+    assert fits.evicted_keys == []
+    grown = await hot_store.put_entry(task, entry("d", "x" * 18), 100, 30)
+    assert grown.evicted_keys == ["c"] and grown.replaced  # "a" was written since
+    assert sorted(e.key for e in await hot_store.list_entries(task)) == ["a", "d"]
+
+
 async def test_list_is_most_recently_used_first(hot_store: HotStore) -> None:
     task = a_task()
     for key in ("a", "b", "c"):

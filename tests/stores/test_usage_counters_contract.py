@@ -145,3 +145,16 @@ async def test_a_recount_builds_a_missing_counter_and_drop_forgets_it(
     assert await counters.get(key) == Counted(6, 60)
     await counters.drop(key)
     assert await counters.get(key) is None
+
+
+async def test_a_counter_of_items_only_moves_by_zero_bytes(
+    counters: UsageCounters, key: CounterKey
+) -> None:
+    """The entity tier counts no bytes: every step with 0 bytes works (never "-0")."""
+    await counters.init(key, Counted(0, 0))
+    assert (await counters.reserve(key, 2, 0, max_count=3, max_bytes=0)).granted
+    await counters.settle(key, 1, 0, ["a"])
+    await counters.release(key, 1, 0)
+    assert await counters.get(key) == Counted(1, 0)
+    assert await counters.forget(key, {"a": 0}) == Counted(1, 0)
+    assert await counters.get(key) == Counted(0, 0)

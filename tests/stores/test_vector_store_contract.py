@@ -284,6 +284,83 @@ def test_count_each_counts_every_value_within_the_filter(store: VectorStore) -> 
     assert store.count_each(scope(), TERMS_FIELD, []) == []
 
 
+def test_generation_moves_with_every_write_and_only_then(store: VectorStore) -> None:
+    """Both adapters here own their collection (edge; qdrant-client in local mode), so both
+    tell when it changed: what the core counted stays true until the generation moves."""
+    seen = [store.generation()]
+    assert seen[0] is not None
+
+    def moved() -> bool:
+        seen.append(store.generation())
+        return seen[-1] != seen[-2]
+
+    store.upsert([point(1, terms=[1]), point(2)])
+    assert moved()
+    store.count(scope())
+    store.count_each(scope(), TERMS_FIELD, [1])
+    store.scroll(scope())
+    store.search(scope(), dense=[1.0, 0.0, 0.0, 0.0])
+    store.retrieve([pid(1)])
+    store.flush()
+    assert not moved()  # reads change nothing
+    store.set_payload([pid(1)], {"deleted": True})
+    assert moved()
+    store.delete([pid(2)])
+    assert moved()
+    store.delete_where(scope())
+    assert moved()
+
+
+def test_a_users_generation_moves_with_every_write_touching_the_users_points(
+    store: VectorStore,
+) -> None:
+    """Other users' writes may move it too (qdrant-client moves it on every write); the
+    embedded edge shard, which looks the owners up, moves it for this user's writes only."""
+    precise = isinstance(store, EdgeVectorStore)
+    seen = [store.generation(TENANT, "alice")]
+
+    def moved() -> bool:
+        seen.append(store.generation(TENANT, "alice"))
+        return seen[-1] != seen[-2]
+
+    store.upsert([point(1), point(2)])
+    assert moved()
+    store.upsert([point(3, user="bob"), point(4, user="bob")])
+    assert moved() is not precise
+    store.upsert([point(2, user="bob")])  # alice's point 2 becomes bob's
+    assert moved()
+    store.set_payload([pid(1)], {"deleted": True})
+    assert moved()
+    store.set_payload([pid(3)], {"deleted": True})
+    assert moved() is not precise
+    store.delete([pid(4)])
+    assert moved() is not precise
+    store.delete([pid(1)])
+    assert moved()
+    store.upsert([point(5), point(6, user="bob")])
+    assert moved()
+    store.delete_where(scope("bob"))
+    assert moved() is not precise
+    store.delete_where(Filter(must=[MatchValue("created_at", 5)]))  # whoever: everyone
+    assert moved()
+    store.upsert([point(n, user="bob") for n in range(10, 110)])
+    moved()
+    store.delete([pid(n) for n in range(10, 110)])  # too many to look up: everyone
+    assert moved()
+
+
+def test_point_ids_come_back_canonical_whatever_their_case(store: VectorStore) -> None:
+    upper = str(uuid.UUID(int=7)).upper()
+    store.upsert([VectorPoint(id=upper, dense=[1.0, 0.0, 0.0, 0.0], payload=scope_payload())])
+    [found] = store.retrieve([upper])
+    assert found.id == pid(7)
+    assert [p.id for p in store.scroll(scope())[0]] == [pid(7)]
+
+
+def scope_payload() -> dict[str, Any]:
+    return {"tenant": TENANT, "user_id": "alice"}
+
+
 def test_range_on_created_at_honours_open_and_closed_bounds(store: VectorStore) -> None:
     store.upsert([point(n) for n in range(1, 6)])  # created_at = 1.0 .. 5.0
 

@@ -11,7 +11,7 @@ from typing import Any, get_args
 import pytest
 
 from memoryd.settings import EmbedderSettings, Settings, VectorSettings
-from memoryd.stores import embeddings, hot, queue, ratelimit, vectors
+from memoryd.stores import embeddings, hot, locks, queue, ratelimit, usage, vectors
 from memoryd.stores.hot.memory_store import InProcessHotStore
 from memoryd.stores.queue.file_queue import FileQueue
 
@@ -62,6 +62,9 @@ def test_the_settings_choose_the_adapters(
     # Rate-limit buckets live where the hot tiers do.
     assert ratelimit.adapter_name(settings) == hot_name
     assert hot_name in ratelimit.ADAPTERS
+    # So do the usage counters and the user locks: every replica shares them.
+    assert usage.adapter_name(settings) == locks.adapter_name(settings) == hot_name
+    assert hot_name in usage.ADAPTERS and hot_name in locks.ADAPTERS
     assert vectors.adapter_name(settings) == vector_name
     assert embeddings.adapter_name(settings) == embedder_name
     assert hot_name in hot.ADAPTERS
@@ -94,7 +97,13 @@ def test_redis_adapters_refuse_settings_without_a_url(tmp_path: Path) -> None:
         hot.ADAPTERS["redis"](settings)
     with pytest.raises(ValueError, match="redis_url"):
         queue.ADAPTERS["redis"](settings)
-    for registry in (hot.ADAPTERS, queue.ADAPTERS, ratelimit.ADAPTERS):
+    for registry in (
+        hot.ADAPTERS,
+        queue.ADAPTERS,
+        ratelimit.ADAPTERS,
+        usage.ADAPTERS,
+        locks.ADAPTERS,
+    ):
         for name in ("redis", "redis_cluster"):
             with pytest.raises(ValueError, match="redis_url"):
                 registry[name](settings)
@@ -105,8 +114,9 @@ def test_importing_the_ports_and_registries_loads_no_adapter_library() -> None:
         "import sys\n"
         "import memoryd.stores.hot.port, memoryd.stores.queue.port\n"
         "import memoryd.stores.vectors.port, memoryd.stores.embeddings.port\n"
-        "import memoryd.stores.ratelimit.port\n"
-        "from memoryd.stores import embeddings, hot, queue, ratelimit, vectors\n"
+        "import memoryd.stores.ratelimit.port, memoryd.stores.usage.port\n"
+        "import memoryd.stores.locks.port\n"
+        "from memoryd.stores import embeddings, hot, locks, queue, ratelimit, usage, vectors\n"
         "heavy = {'qdrant_edge', 'qdrant_client', 'torch', 'sentence_transformers', 'openai',"
         " 'redis', 'onnxruntime', 'tokenizers'}\n"
         "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))\n"

@@ -25,8 +25,13 @@ class Violations:
             raise InvalidArgument(self._items)
 
 
+# C0 controls and DEL. One regex scan, not a Python loop per character: every Add checks
+# several ids and a key.
+_CONTROL_CHAR = re.compile("[\x00-\x1f\x7f]")
+
+
 def _has_control_chars(value: str) -> bool:
-    return any(ord(c) < 32 or ord(c) == 127 for c in value)
+    return _CONTROL_CHAR.search(value) is not None
 
 
 def check_id(v: Violations, field: str, value: str, limits: LimitSettings, required: bool) -> None:

@@ -5,10 +5,13 @@ otherwise. No Redis import here: a registry loads its adapter module only when c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from memoryd.settings import Settings
+
+T = TypeVar("T")
 
 
 def redis_adapter(settings: Settings) -> str | None:
@@ -25,3 +28,16 @@ def redis_url(settings: Settings, store: str, *, cluster: bool = False) -> str:
         hint = " (any node of it)" if cluster else ""
         raise ValueError(f"the {where} {store} needs redis_url{hint}")
     return settings.redis_url
+
+
+def family_adapters(
+    in_process: Callable[[], T], redis: Callable[[str, bool], T], store: str
+) -> dict[str, Callable[[Settings], T]]:
+    """The adapter registry of a store kept in Redis when one is configured (`store` names
+    it in errors): `in_process()` builds the fallback, `redis(url, cluster)` the Redis or
+    Redis Cluster adapter; each imports its module when called."""
+    return {
+        "in_process": lambda settings: in_process(),
+        "redis": lambda settings: redis(redis_url(settings, store), False),
+        "redis_cluster": lambda settings: redis(redis_url(settings, store, cluster=True), True),
+    }

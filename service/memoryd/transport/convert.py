@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from enum import Enum
@@ -66,23 +67,36 @@ def _choices(enum: type[Enum]) -> str:
     return ", ".join(n for n in wrapper.keys() if not n.endswith("_UNSPECIFIED"))  # noqa: SIM118
 
 
-def enum_from_proto(enum: type[E], value: int, field: str, *, required: bool = False) -> E:
+@functools.cache
+def _by_value(enum: type[Enum]) -> dict[int, Enum]:
+    """The proto enum's numbers to `enum`'s members, built once (Name() and a lookup by
+    name on every call cost more than the rest of a working-tier Add's conversion)."""
     wrapper, prefix = _ENUMS[enum]
-    try:
-        name = wrapper.Name(value).removeprefix(prefix)  # type: ignore[arg-type]
-        member = enum[name]
-    except (ValueError, KeyError):
-        raise InvalidArgument.of(
-            field, f"unknown value {value}; use one of {_choices(enum)}"
-        ) from None
-    if required and name == "UNSPECIFIED":
+    return {
+        number: enum[name.removeprefix(prefix)]
+        for name, number in wrapper.items()
+        if name.removeprefix(prefix) in enum.__members__
+    }
+
+
+@functools.cache
+def _by_member(enum: type[Enum]) -> dict[Enum, int]:
+    wrapper, prefix = _ENUMS[enum]
+    names = set(wrapper.keys())
+    return {m: wrapper.Value(prefix + m.name) for m in enum if prefix + m.name in names}
+
+
+def enum_from_proto(enum: type[E], value: int, field: str, *, required: bool = False) -> E:
+    member = _by_value(enum).get(value)
+    if member is None:
+        raise InvalidArgument.of(field, f"unknown value {value}; use one of {_choices(enum)}")
+    if required and member.name == "UNSPECIFIED":
         raise InvalidArgument.of(field, f"is required; use one of {_choices(enum)}")
-    return member
+    return member  # type: ignore[return-value]
 
 
 def enum_to_proto(member: Enum) -> int:
-    wrapper, prefix = _ENUMS[type(member)]
-    return wrapper.Value(prefix + member.name)  # type: ignore[no-any-return]
+    return _by_member(type(member))[member]
 
 
 def tier_from_proto(value: int, field: str = "tier") -> Tier:

@@ -221,17 +221,31 @@ class Identity(AroundCall):
         """Authenticates and binds the principal (authorization needs the request: see
         `_admit`, used by the wrappers below)."""
         rpc = details.method.removeprefix(SERVICE_PREFIX)
+        # Each RPC runs in its own task with its own context copy: no reset needed.
+        self._calls.bind(await self._authenticate(rpc, context))
+        yield
+
+    def around_unary(self, method: str, behavior: Behavior) -> Behavior:
+        rpc = method.removeprefix(SERVICE_PREFIX)
+        authenticate, bind = self._authenticate, self._calls.bind
+
+        async def call(request: Any, context: Context) -> Any:
+            bind(await authenticate(rpc, context))
+            return await behavior(request, context)
+
+        return call
+
+    async def _authenticate(self, rpc: str, context: Context) -> Principal:
+        if not self._auth.configured:
+            return self._auth.authenticate(())  # the anonymous principal: no metadata read
         try:
             cert = None
             if self._auth.certs is not None:
                 cert = ClientCertificates.pem_of(_auth_context(context))
-            principal = self._auth.authenticate(tuple(details.invocation_metadata or ()), cert)
+            return self._auth.authenticate(tuple(context.invocation_metadata() or ()), cert)
         except Unauthenticated as exc:
             await self._record_refusal(rpc, context, None, exc, "")
             raise
-        # Each RPC runs in its own task with its own context copy: no reset needed.
-        self._calls.bind(principal)
-        yield
 
     async def _admit(self, rpc: str, context: Context, request: Any) -> tuple[_Call, Any]:
         """Checks the call's grants; returns what it is and the request to pass on (for a
@@ -280,6 +294,22 @@ class Identity(AroundCall):
         """Grants need the request (its user): checked here, inside `around`, which has
         bound the principal."""
         rpc = details.method.removeprefix(SERVICE_PREFIX)
+        # A one-user call whose action does not depend on the request and is not audited
+        # (Add, Retrieve, ...): one grant check, no bookkeeping.
+        plain = ACTIONS.get(rpc)
+        if rpc in ("Prune", "AddBatch", "Import") or plain is None or plain in ADMIN_ACTIONS:
+            plain = None
+
+        async def simple(request: Any, context: Context) -> Any:
+            assert plain is not None
+            principal = self._calls.principal()
+            user = user_of(request)
+            try:
+                authorize(principal, plain, user)
+            except PermissionDenied as exc:
+                await self._record_refusal(rpc, context, principal, exc, user)
+                raise
+            return await behavior(request, context)
 
         async def unary(request: Any, context: Context) -> Any:
             facts, request = await self._admit(rpc, context, request)
@@ -294,7 +324,9 @@ class Identity(AroundCall):
                 async for response in behavior(request, context):
                     yield response
 
-        return stream if generates else unary
+        if generates:
+            return stream
+        return unary if plain is None else simple
 
     @asynccontextmanager
     async def _audited(self, call: _Call) -> AsyncIterator[None]:

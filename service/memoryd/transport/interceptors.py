@@ -152,6 +152,13 @@ class AroundCall(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     ) -> AbstractAsyncContextManager[None]:
         raise NotImplementedError
 
+    def around_unary(self, method: str, behavior: Behavior) -> Behavior | None:
+        """Optional: `behavior` (of a call with one response) with this concern around it,
+        as one coroutine function doing what `around` does. Cheaper per call than entering
+        an async context manager, which matters on the shortest calls (a working-tier Add).
+        None: `around` is used. Called once per method."""
+        return None
+
     def wrap_behavior(
         self, behavior: Behavior, details: grpc.HandlerCallDetails, generates: bool
     ) -> Behavior:
@@ -193,7 +200,15 @@ class AroundCall(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                     concern = self.wrap_behavior(behavior, details, generates)
                     if concern is not behavior:
                         behavior = _unless_malformed(concern, behavior, generates)
-                if around is not None or check:
+                fast = None
+                if around is not None and not generates:
+                    if check:  # inside the concern, as `around` has it
+                        behavior = self._wrap_unary(behavior, None, check, requests_stream)
+                        check = False
+                    fast = self.around_unary(method, behavior)
+                if fast is not None:
+                    behavior = fast
+                elif around is not None or check:
                     wrap = self._wrap_stream if generates else self._wrap_unary
                     behavior = wrap(behavior, around, check, requests_stream)
                 return make(  # type: ignore[no-any-return]
@@ -285,6 +300,20 @@ class ErrorMapping(AroundCall):
     """Domain errors become their status (transport/status_map.py); anything else is a bug:
     logged with its traceback and answered INTERNAL without details."""
 
+    def around_unary(self, method: str, behavior: Behavior) -> Behavior:
+        async def call(request: Any, context: Context) -> Any:
+            try:
+                return await behavior(request, context)
+            except grpc.aio.AbortError:
+                raise
+            except MemorydError as exc:
+                await _abort(context, to_rpc_status(exc))
+            except Exception:
+                log.exception("unexpected error in %s", method)
+                await _abort(context, internal_status())
+
+        return call
+
     @asynccontextmanager
     async def around(
         self, details: grpc.HandlerCallDetails, context: Context
@@ -301,8 +330,11 @@ class ErrorMapping(AroundCall):
 
 
 async def _abort(context: Context, status: Any) -> None:
+    """Ends the call with `status`; the trailing metadata set so far (the request id) is
+    kept, since `abort`'s replaces it."""
     grpc_status = rpc_status.to_status(status)
-    await context.abort(grpc_status.code, grpc_status.details, grpc_status.trailing_metadata)
+    trailing = (*(context.trailing_metadata() or ()), *grpc_status.trailing_metadata)
+    await context.abort(grpc_status.code, grpc_status.details, trailing)
 
 
 class CallContext:

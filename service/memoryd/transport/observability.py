@@ -1,7 +1,8 @@
 """The outermost concern of every MemoryService call: its request id, metrics and log line.
 
 The request id is the caller's `x-request-id` metadata when it sends a usable one, else a
-new one; it is echoed in the response's initial metadata and is on every log line written
+new one; it is echoed in the response's trailing metadata (sent with the status, so it
+costs no write of its own; on failures too) and is on every log line written
 while the call is served (and on those of work queued on its behalf, see
 core/lifecycle/write_behind.py). When the call ends: `memoryd_rpc_requests_total`,
 `memoryd_rpc_duration_seconds`, and one `rpc` log line with the method, status code,
@@ -14,14 +15,21 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from memoryd.core.observe import correlated
-from memoryd.transport.interceptors import SERVICE_PREFIX, AroundCall, CallContext, Context
+from memoryd.core.observe import bind_request_id, correlated
+from memoryd.transport.interceptors import (
+    SERVICE_PREFIX,
+    AroundCall,
+    Behavior,
+    CallContext,
+    Context,
+)
 from memoryd.transport.metrics import Metrics
 
 log = logging.getLogger("memoryd.rpc")
@@ -43,9 +51,9 @@ _WARNING_CODES = frozenset(
 )
 
 
-def caller_request_id(details: grpc.HandlerCallDetails) -> str:
+def caller_request_id(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
     """The caller's x-request-id, or "" when it sent none (or one unfit for logs)."""
-    for key, value in details.invocation_metadata or ():
+    for key, value in metadata or ():
         if key == REQUEST_ID_HEADER and isinstance(value, str) and _USABLE_ID.fullmatch(value):
             return value
     return ""
@@ -69,40 +77,70 @@ class Observability(AroundCall):
         self._requests: dict[tuple[str, str], Counter] = {}
         self._durations: dict[str, Histogram] = {}
 
+    def _children(self, method: str) -> tuple[Gauge, Histogram]:
+        in_flight = self._in_flight.get(method)
+        if in_flight is None:
+            in_flight = self._in_flight[method] = self._metrics.rpc_in_flight.labels(method)
+        duration = self._durations.get(method)
+        if duration is None:
+            duration = self._durations[method] = self._metrics.rpc_duration.labels(method)
+        return in_flight, duration
+
+    def around_unary(self, method: str, behavior: Behavior) -> Behavior:
+        """`around` for a call with one response, as one coroutine (no context manager)."""
+        name = method.removeprefix(SERVICE_PREFIX)
+        in_flight, duration = self._children(name)
+        finish = self._finish
+
+        async def call(request: Any, context: Context) -> Any:
+            started = time.perf_counter()
+            in_flight.inc()
+            code = grpc.StatusCode.OK
+            # The call runs in a task of its own: the id needs no reset.
+            rid = bind_request_id(caller_request_id(context.invocation_metadata()))
+            # Trailing metadata goes out with the status, in the same batch; sending it as
+            # initial metadata would cost a write of its own before the response.
+            context.set_trailing_metadata(((REQUEST_ID_HEADER, rid),))
+            try:
+                response = await behavior(request, context)
+                code = context.code() or grpc.StatusCode.OK
+                return response
+            except BaseException as exc:
+                code = _failed_with(exc, context)
+                raise
+            finally:
+                in_flight.dec()
+                finish(name, code, duration, time.perf_counter() - started)
+
+        return call
+
     @asynccontextmanager
     async def around(
         self, details: grpc.HandlerCallDetails, context: Context
     ) -> AsyncIterator[None]:
         method = details.method.removeprefix(SERVICE_PREFIX)
-        in_flight = self._in_flight.get(method)
-        if in_flight is None:
-            in_flight = self._in_flight[method] = self._metrics.rpc_in_flight.labels(method)
+        in_flight, duration = self._children(method)
         started = time.perf_counter()
         code = grpc.StatusCode.OK
         in_flight.inc()
-        with correlated(caller_request_id(details)) as rid:
+        with correlated(caller_request_id(details.invocation_metadata)) as rid:
+            context.set_trailing_metadata(((REQUEST_ID_HEADER, rid),))
             try:
-                await context.send_initial_metadata(((REQUEST_ID_HEADER, rid),))
                 yield
                 code = context.code() or grpc.StatusCode.OK
-            except grpc.aio.AbortError:
-                code = context.code() or grpc.StatusCode.UNKNOWN
-                raise
-            except (asyncio.CancelledError, GeneratorExit):
-                code = grpc.StatusCode.CANCELLED
-                raise
-            except BaseException:
-                code = grpc.StatusCode.UNKNOWN
+            except BaseException as exc:
+                code = _failed_with(exc, context)
                 raise
             finally:
                 in_flight.dec()
-                elapsed = time.perf_counter() - started
-                self._count(method, code.name).inc()
-                duration = self._durations.get(method)
-                if duration is None:
-                    duration = self._durations[method] = self._metrics.rpc_duration.labels(method)
-                duration.observe(elapsed)
-                self._log(method, code, elapsed)
+                self._finish(method, code, duration, time.perf_counter() - started)
+
+    def _finish(
+        self, method: str, code: grpc.StatusCode, duration: Histogram, elapsed_s: float
+    ) -> None:
+        self._count(method, code.name).inc()
+        duration.observe(elapsed_s)
+        self._log(method, code, elapsed_s)
 
     def _count(self, method: str, code: str) -> Counter:
         counter = self._requests.get((method, code))
@@ -130,3 +168,13 @@ class Observability(AroundCall):
                 "key_id": key_id,
             },
         )
+
+
+def _failed_with(exc: BaseException, context: Context) -> grpc.StatusCode:
+    """The status a call ends with when its handler raised `exc`: an abort's own code, a
+    cancellation's, else UNKNOWN."""
+    if isinstance(exc, grpc.aio.AbortError):
+        return context.code() or grpc.StatusCode.UNKNOWN
+    if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+        return grpc.StatusCode.CANCELLED
+    return grpc.StatusCode.UNKNOWN

@@ -53,19 +53,28 @@ class Ledger:
         recount: Callable[[Scope], Awaitable[tuple[int, int]]],
         *,
         per_agent: bool = False,
+        counter: str = "",
+        sized: bool = True,
     ) -> None:
         """`recount(scope)`: what the store holds for the user (count, bytes as `size_of`);
-        `per_agent`: one counter per agent of the user (`scope.agent_id`), as episodes'."""
+        `per_agent`: one counter per agent of the user (`scope.agent_id`), as episodes';
+        `counter`: the counter's name when the tier keeps several (else the tier's);
+        `sized`: whether bytes are counted (else only items: `recount` then gives 0 bytes)."""
         self._counters = counters
         self._tier = tier
         self._recount = recount
         self._per_agent = per_agent
+        self._counter = counter or tier.value
+        self._sized = sized
 
     def _key(self, scope: Scope) -> CounterKey:
-        tier = self._tier.value
+        name = self._counter
         return CounterKey(
-            scope.tenant, scope.user_id, f"{tier}/{scope.agent_id}" if self._per_agent else tier
+            scope.tenant, scope.user_id, f"{name}/{scope.agent_id}" if self._per_agent else name
         )
+
+    def _size(self, record: MemoryRecord) -> int:
+        return size_of(record) if self._sized else 0
 
     async def _step(self, step: Awaitable[T]) -> T:
         try:
@@ -118,7 +127,7 @@ class Ledger:
     ) -> T:
         """Run the `write` of `records` reserved before: settled if it lands, released if
         it fails (or is cancelled), so a failed write never keeps its room."""
-        count, size = len(records), sum(size_of(r) for r in records)
+        count, size = len(records), sum(self._size(r) for r in records)
         try:
             result = await write()
         except BaseException:
@@ -141,7 +150,7 @@ class Ledger:
         twice (by two replicas at once) is uncounted once."""
         by_agent: dict[str, dict[str, int]] = {}
         for r in removed:
-            by_agent.setdefault(r.agent_id if self._per_agent else "", {})[r.id] = size_of(r)
+            by_agent.setdefault(r.agent_id if self._per_agent else "", {})[r.id] = self._size(r)
         for agent, items in by_agent.items():
             of = dataclasses.replace(scope, agent_id=agent) if self._per_agent else scope
             await self._after(self._counters.forget(self._key(of), items))

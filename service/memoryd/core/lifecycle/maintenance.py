@@ -16,6 +16,7 @@ from memoryd.core.models import PruneCommand, PruneStrategy, Scope, Tier
 from memoryd.core.tasks import stop_task
 from memoryd.core.tiers.archiving import ArchivingVectorTier
 from memoryd.core.tiers.base import TierHandler
+from memoryd.core.tiers.entity import EntityTier
 from memoryd.core.tiers.registry import StoreFamily, retained, spec
 from memoryd.settings import RetentionSettings
 
@@ -58,6 +59,8 @@ class Maintenance:
             for s in retained()
             if s.tier in tiers
         ]
+        # Counted tiers without retention: only their usage counters are recounted.
+        self._recounted = [h for h in tiers.values() if isinstance(h, EntityTier)]
 
     async def _purge(self, plan: _Plan, scope: Scope) -> int:
         tier = plan.handler.tier
@@ -95,11 +98,16 @@ class Maintenance:
                     archived = await self._archive(plan, scope)
                 report.archived += archived
                 report.purged += purged
-                report.corrected += await self._reconcile(plan, scope)
+                report.corrected += await self._reconcile(plan.handler, scope)
                 if archived:
                     report.archived_by_tier[tier] = report.archived_by_tier.get(tier, 0) + archived
                 if purged:
                     report.purged_by_tier[tier] = report.purged_by_tier.get(tier, 0) + purged
+        for handler in self._recounted:
+            for tenant, user_id in await self._memory.owners(handler.tier):
+                users.add((tenant, user_id))
+                scope = Scope(tenant=tenant, user_id=user_id)
+                report.corrected += await self._reconcile(handler, scope)
         report.users = len(users)
         log.info(
             "maintenance: %d users, %d memories archived, %d purged, %d usage counters corrected",
@@ -110,10 +118,9 @@ class Maintenance:
         )
         return report
 
-    async def _reconcile(self, plan: _Plan, scope: Scope) -> int:
+    async def _reconcile(self, handler: TierHandler, scope: Scope) -> int:
         """Recount the user's usage of the tier and correct its counter; 1 if it was off."""
-        handler = plan.handler
-        if not isinstance(handler, ArchivingVectorTier):
+        if not isinstance(handler, ArchivingVectorTier | EntityTier):
             return 0
         fixed = await handler.reconcile(scope)
         if fixed is None or fixed.before == fixed.after:

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memoryd.core.errors import FieldViolation, StoreUnavailable
+from memoryd.core.memory import term_counts
 from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.payload import (
     content_hash,
@@ -40,7 +41,6 @@ from memoryd.stores.vectors.port import (
     DenseVector,
     Filter,
     HasId,
-    IsEmpty,
     MatchAny,
     MatchValue,
     Range,
@@ -102,6 +102,7 @@ class VectorMemory:
         # Shared with the tiers built on this memory, which report their removals to it.
         self.observer: Observer = observer or NullObserver()
         self._time = TimeResolver()
+        self._counts = term_counts.TermCounts()
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking store call in a thread; a store failure becomes UNAVAILABLE."""
@@ -142,9 +143,7 @@ class VectorMemory:
         must_not: list[Condition] = []
         if live_only:
             must_not.append(MatchValue("deleted", True))
-            must.append(
-                Filter(should=[IsEmpty("expires_at"), Range("expires_at", gt=self._clock())])
-            )
+            must.append(term_counts.live_condition(self._clock()))
         return Filter(must=must, must_not=must_not)
 
     async def insert(self, points: Sequence[NewPoint]) -> float:
@@ -326,14 +325,26 @@ class VectorMemory:
         with a context window `spread`), each hit with its neighbouring turns."""
         settings = self._retrieval
         threshold = settings.min_score if min_score is None else min_score
-        if await self.first(flt) is None:
-            return TierHits(items=[], total=0)  # the empty case answers without embedding
         query_sparse = self._encoder.encode_query(query)
         terms = list(query_sparse.indices)
         sparse = query_sparse if terms else None
-        # What needs only the query runs while the query is embedded and searched: the
-        # per-user IDF (counts in the store) and the time the query names (dateparser).
-        idf_task = asyncio.ensure_future(self.call(self._idf, flt, terms) if terms else _nothing())
+        # The per-user IDF: from the counts kept since the store last changed when they
+        # hold every query term (no store call at all), else counted in the store while
+        # the query is embedded and searched.
+        known = self._known_counts(flt)
+        if known is not None and known.live == 0:
+            return TierHits(items=[], total=0)  # the empty case answers without embedding
+        if known is None and await self.first(flt) is None:
+            return TierHits(items=[], total=0)
+        idf_now = _idf_from(known, terms) if known is not None else None
+        idf_task = asyncio.ensure_future(
+            _ready(idf_now)
+            if idf_now is not None
+            else self.call(self._idf, flt, terms)
+            if terms
+            else _nothing()
+        )
+        # The time the query names (dateparser) is resolved meanwhile too.
         when_task = asyncio.ensure_future(
             asyncio.to_thread(self._time.resolve, query, self._clock())
             if settings.time_lift > 0
@@ -390,12 +401,13 @@ class VectorMemory:
             if isinstance(when, TimeWindow) and not when.every_year and hits
             else _no_hits()
         )
+        seen = {h.id for h in hits}
         idf, around, inside = await asyncio.gather(
             idf_task,
-            self._turns_around(flt, [t for t in sources if t is not None], 1),
+            # Turns the search returned already are not read (nor converted) again.
+            self._turns_around(flt, [t for t in sources if t is not None], 1, skip=seen),
             inside_task,
         )
-        seen = {h.id for h in hits}
         hits += [h for h in inside if h.id not in seen]
         query_vector = None if dense is None else np.asarray(dense, dtype=np.float32)
         pool = _Pool(self, idf, query_vector)
@@ -469,9 +481,15 @@ class VectorMemory:
         return anchor.window(best.occurred_at)
 
     async def _turns_around(
-        self, flt: Filter, turns: Sequence[tuple[str, int]], window: int
+        self,
+        flt: Filter,
+        turns: Sequence[tuple[str, int]],
+        window: int,
+        *,
+        skip: Collection[str] = (),
     ) -> list[StoredPoint]:
-        """The turns within `window` positions of each (session, position), in one scroll."""
+        """The turns within `window` positions of each (session, position), in one scroll;
+        those with an id in `skip` left out."""
         around: dict[str, list[int]] = {}
         for session, position in turns:
             around.setdefault(session, []).append(position)
@@ -493,9 +511,12 @@ class VectorMemory:
         limit = sum(len(ps) for ps in around.values()) * (2 * window + 1)
         # The session ids first: an indexed condition that narrows the scan at once.
         sessions = MatchAny("session_id", list(around))
+        wanted = flt.and_(sessions, Filter(should=groups))
+        if skip:
+            wanted = Filter(wanted.must, wanted.should, [*wanted.must_not, HasId(list(skip))])
         points, _ = await self.call(
             self.store.scroll,
-            flt.and_(sessions, Filter(should=groups)),
+            wanted,
             limit=limit,
             with_vectors=True,
         )
@@ -523,15 +544,44 @@ class VectorMemory:
             ]
             r.context = sorted(near, key=lambda c: c.position)
 
+    def _known_counts(self, flt: Filter) -> term_counts.Counts | None:
+        """The counts kept for `flt`, if nothing they count has changed since."""
+        key, now = term_counts.key_of(flt)
+        return self._counts.get(key, self._generation(flt), now)
+
+    def _generation(self, flt: Filter) -> int | None:
+        """The store's generation for the user `flt` selects (all writes if none)."""
+        owner = term_counts.owner_of(flt)
+        return self.store.generation(*owner) if owner else self.store.generation()
+
     def _idf(self, flt: Filter, terms: Sequence[int]) -> dict[int, float]:
         """BM25 inverse document frequency of each query term among the memories `flt`
-        selects (this user's, so other users' words never weigh on the ranking)."""
-        live = self.store.count(flt)
-        counts = self.store.count_each(flt, TERMS_FIELD, terms)
-        return {
-            term: math.log(1.0 + (live - df + 0.5) / (df + 0.5))
-            for term, df in zip(terms, counts, strict=True)
-        }
+        selects (this user's, so other users' words never weigh on the ranking): counted
+        in the store as far as the counts kept for `flt` do not hold them."""
+        key, now = term_counts.key_of(flt)
+        # Read before counting: a write landing meanwhile moves it, and what was counted
+        # is then never reused.
+        generation = self._generation(flt)
+        entry = self._counts.get(key, generation, now)
+        if entry is None:
+            live = self.store.count(flt)
+            # The first of the counted memories to expire ends the counts' validity.
+            expiring, _ = self.store.scroll(flt, limit=1, order_by=term_counts.EXPIRES_FIELD)
+            first = expiring[0].payload.get(term_counts.EXPIRES_FIELD) if expiring else None
+            until = float(first) if isinstance(first, int | float) else math.inf
+            entry = term_counts.Counts(generation or 0, now, until, live)
+        known = {t: df for t in terms if (df := entry.df.get(t)) is not None}
+        missing = [t for t in terms if t not in known]
+        if missing:
+            counted = self.store.count_each(flt, TERMS_FIELD, missing)
+            known.update(zip(missing, counted, strict=True))
+            if generation is not None:
+                self._counts.keep(key, entry, missing, counted)
+        elif generation is not None:
+            self._counts.keep(key, entry, [], [])
+        idf = _idf_from(entry, terms, known)
+        assert idf is not None  # every term is in `known`
+        return idf
 
     def _terms_of(self, payload: Mapping[str, Any]) -> set[int]:
         # Memories written before term ids were stored are tokenised here instead.
@@ -618,6 +668,25 @@ def _turn_of(payload: Mapping[str, Any]) -> tuple[str, int] | None:
 
 async def _nothing() -> dict[int, float]:
     return {}
+
+
+async def _ready(idf: dict[int, float]) -> dict[int, float]:
+    return idf
+
+
+def _idf_from(
+    counts: term_counts.Counts, terms: Sequence[int], df: Mapping[int, int] | None = None
+) -> dict[int, float] | None:
+    """Each term's IDF from the counts (`df`, else the entry's own); None if one is not
+    counted yet."""
+    frequencies = counts.df if df is None else df
+    idf = {}
+    for term in terms:
+        n = frequencies.get(term)
+        if n is None:
+            return None
+        idf[term] = math.log(1.0 + (counts.live - n + 0.5) / (n + 0.5))
+    return idf
 
 
 async def _no_time() -> TimeWindow | Anchor | None:

@@ -250,10 +250,14 @@ class ArchivingVectorTier:
         if n <= 0:
             return 0  # (a store refuses to list "the 0 oldest")
         oldest = await self._memory.records(flt, n, newest_first=False)
-        if oldest:
-            await self._memory.call(self._memory.store.delete, [r.id for r in oldest])
-            await self._forget(scope, [r for r in oldest if not r.deleted])
+        await self._delete_records(scope, oldest)
         return len(oldest)
+
+    async def _delete_records(self, scope: Scope, records: Sequence[MemoryRecord]) -> None:
+        """Remove these stored items and uncount them."""
+        if records:
+            await self._memory.call(self._memory.store.delete, [r.id for r in records])
+            await self._forget(scope, [r for r in records if not r.deleted])
 
     async def _archive_older_than(self, cmd: PruneCommand) -> int:
         """Move items created more than `older_than_days` ago to the cold archive (written

@@ -12,20 +12,27 @@ deletes its relations.
 Quotas (RT-006, from the quota profile): entities and relations per user, refused with the
 same error as the other tiers unless auto-prune drops the oldest 10% first. Entities are
 persistent (RT-005): they neither expire nor go to the cold archive.
+
+Across replicas (ADR 0500): the quotas are reserved on the usage counters (one per kind,
+`entity/entities` and `entity/relations`), so no two writers pass them; every find-then-
+write sequence of a user (merge by name, relation ends, import, delete, prune) runs under
+the user's entity lock (`UserLocks`: Redis when configured, so every replica takes the
+same one), so two replicas adding one name at once end with one entity.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from memoryd.core.errors import FieldViolation, QuotaExceeded
+from memoryd.core.errors import FieldViolation, QuotaExceeded, StoreUnavailable
+from memoryd.core.lifecycle.ledger import Ledger
 from memoryd.core.lifecycle.quotas import QuotaProfiles, quota_full, quota_percent
-from memoryd.core.locks import KeyedLocks
 from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.memory.vector_memory import PAGE_SIZE, NewPoint, VectorMemory
 from memoryd.core.models import (
@@ -65,10 +72,16 @@ from memoryd.core.tiers.bodies import (
 )
 from memoryd.core.validation import Violations
 from memoryd.settings import EntitySettings, LimitSettings
+from memoryd.stores.locks.port import LocksUnavailable, UserLocks
+from memoryd.stores.usage.port import Correction, UsageCounters
 from memoryd.stores.vectors.port import Filter, HasId, IsEmpty, MatchAny, MatchValue, Range
 
 # Times closer than this are one instant (epoch seconds; see `_current`).
 _TIME_STEP = 1e-6
+# The user lock every entity write sequence holds (see the module docstring).
+_LOCK = "entity"
+# The usage counters of the two quotas (items only: the quotas count no bytes).
+_COUNTERS = {Kind.ENTITY: "entity/entities", Kind.RELATION: "entity/relations"}
 
 
 @dataclass
@@ -82,6 +95,39 @@ class EntityChange:
     created: list[MemoryRecord] = field(default_factory=list)
     # Ids of the relations a new relation closed.
     closed: list[str] = field(default_factory=list)
+
+
+def _new_record(
+    scope: Scope,
+    kind: Kind,
+    content: str,
+    source: Source,
+    now: float,
+    session_id: str,
+    metadata: Mapping[str, str] | None,
+    importance: float | None,
+    *,
+    key: str = "",
+    entity: Entity | None = None,
+    relation: Relation | None = None,
+) -> MemoryRecord:
+    """A new entity or relation record (what the two share)."""
+    return MemoryRecord(
+        id=str(uuid.uuid4()),
+        tier=Tier.ENTITY,
+        content=content,
+        kind=kind,
+        key=key,
+        metadata=dict(metadata or {}),
+        importance=0.5 if importance is None else importance,
+        created_at=now,
+        updated_at=now,
+        source=source,
+        agent_id=scope.agent_id,
+        session_id=session_id,
+        entity=entity,
+        relation=relation,
+    )
 
 
 def _names_of(record: MemoryRecord) -> set[str]:
@@ -101,6 +147,8 @@ class EntityTier:
         quotas: QuotaProfiles,
         limits: LimitSettings,
         clock: Callable[[], float],
+        counters: UsageCounters,
+        locks: UserLocks,
         compress_over_bytes: int = 1024,
     ) -> None:
         self._memory = memory
@@ -110,7 +158,29 @@ class EntityTier:
         self._clock = clock
         self._compress_over_bytes = compress_over_bytes
         self._multi_valued = {predicate_key(p) for p in settings.multi_valued_predicates}
-        self._locks = KeyedLocks()
+        self._user_locks = locks
+        self._ledgers = {
+            kind: Ledger(counters, Tier.ENTITY, self._recounter(kind), counter=name, sized=False)
+            for kind, name in _COUNTERS.items()
+        }
+
+    def _recounter(self, kind: Kind) -> Callable[[Scope], Awaitable[tuple[int, int]]]:
+        async def recount(scope: Scope) -> tuple[int, int]:
+            return await self._count(self._of_kind(scope, kind)), 0
+
+        return recount
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, scope: Scope) -> AsyncIterator[None]:
+        """The user's entity lock, across replicas; out of reach: UNAVAILABLE."""
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                await stack.enter_async_context(
+                    self._user_locks.hold(scope.tenant, scope.user_id, _LOCK)
+                )
+            except LocksUnavailable as exc:
+                raise StoreUnavailable("entity locks", str(exc)) from exc
+            yield
 
     # ------------------------------------------------------------------ filters
 
@@ -183,34 +253,79 @@ class EntityTier:
     async def _count(self, flt: Filter) -> int:
         return await self._memory.call(self._memory.store.count, flt)
 
-    async def _room(self, scope: Scope, kind: Kind, needed: int) -> int:
-        """How many more of `kind` fit after `needed` (negative: that many too many)."""
-        limit, _ = self._limit(scope, kind)
-        return limit - await self._count(self._of_kind(scope, kind)) - needed
+    async def _held(self, scope: Scope, kind: Kind) -> int:
+        """How many of `kind` the user holds (pending reservations included): the counter."""
+        return (await self._ledgers[kind].held(scope)).count
 
-    async def _make_room(
-        self, scope: Scope, kind: Kind, needed: int, auto_prune: bool, keep: Sequence[str]
+    async def _room(self, scope: Scope, kind: Kind) -> int:
+        """How many more of `kind` fit."""
+        limit, _ = self._limit(scope, kind)
+        return max(0, limit - await self._held(scope, kind))
+
+    async def _reserve(
+        self,
+        scope: Scope,
+        kind: Kind,
+        needed: int,
+        auto_prune: bool,
+        keep: Sequence[str],
+        reserved: dict[Kind, int],
     ) -> bool:
-        """Room for `needed` more of `kind`: with auto-prune, drop the oldest tenth first
-        (never the entities in `keep`); without, refuse. Returns whether it pruned."""
+        """Reserve room for `needed` more of `kind` on its counter (atomic across replicas),
+        noted in `reserved` to be settled once written or released on failure: when full,
+        with auto-prune drop the oldest tenth first (never the entities in `keep`); without,
+        refuse. Returns whether it pruned."""
         if needed <= 0:
             return False
-        short = -await self._room(scope, kind, needed)
-        if short <= 0:
-            return False
-        if not auto_prune:
-            raise self._full(scope, kind)
-        flt = self._of_kind(scope, kind)
-        count = await self._count(flt)
-        if keep:
-            flt = Filter(must=[flt], must_not=[HasId(list(keep))])
-        oldest = await self._memory.records(
-            flt, max(math.ceil(count * AUTO_PRUNE_SHARE), short), newest_first=False
-        )
-        if len(oldest) < short:
-            raise self._full(scope, kind)
-        await self._delete(scope, oldest)
-        return True
+        limit, _ = self._limit(scope, kind)
+        ledger, pruned = self._ledgers[kind], False
+        while True:
+            got = await ledger.reserve(scope, needed, 0, limit, 0)
+            if got.granted:
+                reserved[kind] = reserved.get(kind, 0) + needed
+                return pruned
+            short = got.held.count + needed - limit
+            if not auto_prune or pruned or needed > limit:
+                raise self._full(scope, kind)
+            flt = self._of_kind(scope, kind)
+            if keep:
+                flt = Filter(must=[flt], must_not=[HasId(list(keep))])
+            oldest = await self._memory.records(
+                flt, max(math.ceil(got.held.count * AUTO_PRUNE_SHARE), short), newest_first=False
+            )
+            if len(oldest) < short:
+                raise self._full(scope, kind)
+            await self._delete(scope, oldest)
+            pruned = True
+
+    async def _release(self, scope: Scope, reserved: Mapping[Kind, int]) -> None:
+        """A write failed (or was cancelled) after `_reserve`: give its room back."""
+        for kind, n in reserved.items():
+            await asyncio.shield(self._ledgers[kind].release(scope, n, 0))
+
+    async def _settle(
+        self, scope: Scope, reserved: Mapping[Kind, int], records: Sequence[MemoryRecord]
+    ) -> None:
+        """The write of `records`, reserved as `reserved`, landed."""
+        for kind, n in reserved.items():
+            ids = [r.id for r in records if r.kind is kind]
+            await self._ledgers[kind].settle(scope, n, 0, ids)
+
+    async def _forget(self, scope: Scope, removed: Iterable[MemoryRecord]) -> None:
+        """Uncount removed items (those the counters count: not marked deleted)."""
+        held = [r for r in removed if not r.deleted]
+        for kind, ledger in self._ledgers.items():
+            of_kind = [r for r in held if r.kind is kind]
+            if of_kind:
+                await ledger.forget(scope, of_kind)
+
+    async def reconcile(self, scope: Scope) -> Correction | None:
+        """Maintenance: recount the user's entities and relations and correct both counters.
+        Returns the one that was off, if any (None when both kept moving)."""
+        fixed = [await ledger.reconcile(scope) for ledger in self._ledgers.values()]
+        done = [f for f in fixed if f is not None]
+        changed = [f for f in done if f.before != f.after]
+        return (changed or done)[0] if done else None
 
     # ------------------------------------------------------------------ writes
 
@@ -250,19 +365,16 @@ class EntityTier:
             aliases=tuple(dict.fromkeys(aliases))[:MAX_ALIASES],
             description=entity.description.strip(),
         )
-        return MemoryRecord(
-            id=str(uuid.uuid4()),
-            tier=Tier.ENTITY,
-            content=render_entity(clean),
-            kind=Kind.ENTITY,
+        return _new_record(
+            scope,
+            Kind.ENTITY,
+            render_entity(clean),
+            source,
+            now,
+            session_id,
+            metadata,
+            importance,
             key=name_key(name),
-            metadata=dict(metadata or {}),
-            importance=0.5 if importance is None else importance,
-            created_at=now,
-            updated_at=now,
-            source=source,
-            agent_id=scope.agent_id,
-            session_id=session_id,
             entity=clean,
         )
 
@@ -304,13 +416,13 @@ class EntityTier:
         importance: float | None = None,
     ) -> EntityChange:
         """Add the entity, or merge it into the one already known by its name or an alias."""
-        async with self._locks((scope.tenant, scope.user_id)):
+        async with self._locked(scope):
             now = self._clock()
             found = await self._find(scope, (entity.name, *entity.aliases))
             existing = self._pick(found, entity.name) or (found[0] if found else None)
             if existing is not None:
                 merged = self._merged(existing, entity, source)
-                room = await self._room(scope, Kind.ENTITY, 0)
+                room = await self._room(scope, Kind.ENTITY)
                 if merged is None:
                     return EntityChange(existing, Operation.DEDUPLICATED, max(0, room))
                 record = dataclasses.replace(
@@ -323,7 +435,8 @@ class EntityTier:
                 )
                 await self._memory.insert([self._point(record, scope)])
                 return EntityChange(record, Operation.UPDATED, max(0, room))
-            pruned = await self._make_room(scope, Kind.ENTITY, 1, auto_prune, ())
+            reserved: dict[Kind, int] = {}
+            pruned = await self._reserve(scope, Kind.ENTITY, 1, auto_prune, (), reserved)
             record = self._new_entity(
                 scope,
                 entity,
@@ -333,10 +446,74 @@ class EntityTier:
                 metadata=metadata,
                 importance=importance,
             )
-            await self._memory.insert([self._point(record, scope)])
-            room = await self._room(scope, Kind.ENTITY, 0)
+            try:
+                await self._memory.insert([self._point(record, scope)])
+            except BaseException:
+                await self._release(scope, reserved)
+                raise
+            await self._settle(scope, reserved, [record])
+            room = await self._room(scope, Kind.ENTITY)
         operation = Operation.ADD_WITH_PRUNE if pruned else Operation.ADD
         return EntityChange(record, operation, max(0, room))
+
+    async def _new_relation(
+        self,
+        scope: Scope,
+        relation: Relation,
+        ends: dict[str, MemoryRecord | None],
+        relations: Filter,
+        source: Source,
+        now: float,
+        valid_from: float,
+        *,
+        session_id: str,
+        metadata: Mapping[str, str] | None,
+        importance: float | None,
+    ) -> tuple[MemoryRecord, list[MemoryRecord], list[str]]:
+        """The relation to write, the end entities to create with it, and the ids of the
+        current relations it closes (see `add_relation`)."""
+        predicate = predicate_key(relation.predicate)
+        created: list[MemoryRecord] = []
+        for name in (relation.subject, relation.object):
+            if ends[name_key(name)] is None:
+                record = self._new_entity(
+                    scope, Entity(name=name), source, now, session_id=session_id
+                )
+                ends[name_key(name)] = record
+                created.append(record)
+        subject, obj = ends[name_key(relation.subject)], ends[name_key(relation.object)]
+        assert subject is not None and obj is not None
+        assert subject.entity is not None and obj.entity is not None
+        closed: list[str] = []
+        invalid_at = relation.invalid_at
+        if invalid_at is None and predicate not in self._multi_valued:
+            others = self._current(relations.and_(MatchValue(SUBJECT_KEY, subject.key)))
+            for old in await self._memory.records(others, PAGE_SIZE):
+                assert old.relation is not None
+                started = old.relation.valid_from or old.created_at
+                if started <= valid_from:
+                    closed.append(old.id)
+                else:  # the new relation is history: it ended when this one began
+                    invalid_at = started if invalid_at is None else min(invalid_at, started)
+        body = Relation(
+            subject=subject.entity.name,
+            predicate=" ".join(relation.predicate.split()),
+            object=obj.entity.name,
+            valid_from=valid_from,
+            invalid_at=invalid_at,
+        )
+        record = _new_record(
+            scope,
+            Kind.RELATION,
+            render_relation(body),
+            source,
+            now,
+            session_id,
+            metadata,
+            importance,
+            relation=body,
+        )
+        return record, created, closed
 
     async def add_relation(
         self,
@@ -352,7 +529,7 @@ class EntityTier:
         """Link two entities by name (creating the missing ones). A current relation of the
         same subject and (single-valued) predicate to another object is closed at this
         one's `valid_from`; if that one started later, this one is stored closed instead."""
-        async with self._locks((scope.tenant, scope.user_id)):
+        async with self._locked(scope):
             now = self._clock()
             valid_from = relation.valid_from if relation.valid_from is not None else now
             predicate = predicate_key(relation.predicate)
@@ -372,60 +549,38 @@ class EntityTier:
                     1,
                 )
                 if same:
-                    room = await self._room(scope, Kind.RELATION, 0)
+                    room = await self._room(scope, Kind.RELATION)
                     return EntityChange(same[0], Operation.DEDUPLICATED, max(0, room))
             missing = [k for k, r in ends.items() if r is None]
             keep = [r.id for r in ends.values() if r is not None]
-            pruned = await self._make_room(scope, Kind.ENTITY, len(missing), auto_prune, keep)
-            pruned |= await self._make_room(scope, Kind.RELATION, 1, auto_prune, ())
-            created: list[MemoryRecord] = []
-            for name in (relation.subject, relation.object):
-                if ends[name_key(name)] is None:
-                    record = self._new_entity(
-                        scope, Entity(name=name), source, now, session_id=session_id
-                    )
-                    ends[name_key(name)] = record
-                    created.append(record)
-            subject, obj = ends[name_key(relation.subject)], ends[name_key(relation.object)]
-            assert subject is not None and obj is not None
-            assert subject.entity is not None and obj.entity is not None
-            closed: list[str] = []
-            invalid_at = relation.invalid_at
-            if invalid_at is None and predicate not in self._multi_valued:
-                others = self._current(relations.and_(MatchValue(SUBJECT_KEY, subject.key)))
-                for old in await self._memory.records(others, PAGE_SIZE):
-                    assert old.relation is not None
-                    started = old.relation.valid_from or old.created_at
-                    if started <= valid_from:
-                        closed.append(old.id)
-                    else:  # the new relation is history: it ended when this one began
-                        invalid_at = started if invalid_at is None else min(invalid_at, started)
-            body = Relation(
-                subject=subject.entity.name,
-                predicate=" ".join(relation.predicate.split()),
-                object=obj.entity.name,
-                valid_from=valid_from,
-                invalid_at=invalid_at,
-            )
-            record = MemoryRecord(
-                id=str(uuid.uuid4()),
-                tier=Tier.ENTITY,
-                content=render_relation(body),
-                kind=Kind.RELATION,
-                metadata=dict(metadata or {}),
-                importance=0.5 if importance is None else importance,
-                created_at=now,
-                updated_at=now,
-                source=source,
-                agent_id=scope.agent_id,
-                session_id=session_id,
-                relation=body,
-            )
-            await self._memory.insert([self._point(r, scope) for r in (*created, record)])
+            reserved: dict[Kind, int] = {}
+            try:
+                pruned = await self._reserve(
+                    scope, Kind.ENTITY, len(missing), auto_prune, keep, reserved
+                )
+                pruned |= await self._reserve(scope, Kind.RELATION, 1, auto_prune, (), reserved)
+                record, created, closed = await self._new_relation(
+                    scope,
+                    relation,
+                    ends,
+                    relations,
+                    source,
+                    now,
+                    valid_from,
+                    session_id=session_id,
+                    metadata=metadata,
+                    importance=importance,
+                )
+                points = [self._point(r, scope) for r in (*created, record)]
+                await self._memory.insert(points)
+            except BaseException:
+                await self._release(scope, reserved)
+                raise
+            await self._settle(scope, reserved, [*created, record])
             if closed:
                 patch = {INVALID_AT: valid_from, "updated_at": now}
                 await self._memory.call(self._memory.store.set_payload, closed, patch)
-            room = await self._room(scope, Kind.RELATION, 0)
+            room = await self._room(scope, Kind.RELATION)
         operation = Operation.ADD_WITH_PRUNE if pruned else Operation.ADD
         return EntityChange(record, operation, max(0, room), created, closed)
 
@@ -513,25 +668,38 @@ class EntityTier:
 
     # ------------------------------------------------------------------ deletes
 
-    async def _cascade(self, scope: Scope, records: Sequence[MemoryRecord]) -> list[str]:
-        """Ids of `records` and of every relation of the entities among them."""
-        ids = {r.id for r in records}
+    async def _cascade(
+        self, scope: Scope, records: Sequence[MemoryRecord]
+    ) -> dict[str, MemoryRecord]:
+        """`records` and every relation of the entities among them, by id."""
+        going = {r.id: r for r in records}
         keys = [r.key for r in records if r.kind is Kind.ENTITY and r.key]
         for start in range(0, len(keys), PAGE_SIZE):
             flt = self._relations_of(scope, keys[start : start + PAGE_SIZE], live_only=False)
             async for page in self._memory.pages(flt):
-                ids.update(r.id for r in page)
-        return sorted(ids)
+                going.update((r.id, r) for r in page)
+        return going
 
     async def _delete(self, scope: Scope, records: Sequence[MemoryRecord]) -> int:
-        ids = await self._cascade(scope, records)
-        if ids:
-            await self._memory.call(self._memory.store.delete, ids)
-        return len(ids)
+        going = await self._cascade(scope, records)
+        if going:
+            await self._memory.call(self._memory.store.delete, sorted(going))
+            await self._forget(scope, going.values())
+        return len(going)
+
+    async def _remove(self, scope: Scope, flt: Filter, dry_run: bool) -> int:
+        """Delete what `flt` selects (on dry_run only count it), uncounting it."""
+        memory = self._memory
+        if dry_run:
+            return await memory.remove(flt, dry_run)
+        going = [r async for page in memory.pages(flt) for r in page]
+        removed = await memory.call(memory.store.delete_where, flt)
+        await self._forget(scope, going)
+        return removed
 
     async def delete(self, lookup: Lookup) -> int:
         """Hard delete; an entity takes its relations with it. Returns every item deleted."""
-        async with self._locks((lookup.scope.tenant, lookup.scope.user_id)):
+        async with self._locked(lookup.scope):
             found, _ = await self._lookup(lookup)
             return await self._delete(lookup.scope, found)
 
@@ -542,14 +710,15 @@ class EntityTier:
     async def prune(self, cmd: PruneCommand) -> int:
         memory, scope = self._memory, cmd.scope
         everything = memory.scope_filter(scope, Tier.ENTITY, live_only=False)
-        if cmd.strategy is PruneStrategy.ALL:
-            return await memory.remove(everything, cmd.dry_run)
-        if cmd.strategy is PruneStrategy.EXPIRED:
-            # Nothing here expires; only items imported with the deleted mark are purged.
-            return await memory.remove(everything.and_(MatchValue("deleted", True)), cmd.dry_run)
         if cmd.strategy is PruneStrategy.ARCHIVE_OLDER_THAN:
             return 0  # persistent (RT-005): entities are never archived
-        async with self._locks((scope.tenant, scope.user_id)):
+        async with self._locked(scope):
+            if cmd.strategy is PruneStrategy.ALL:
+                return await self._remove(scope, everything, cmd.dry_run)
+            if cmd.strategy is PruneStrategy.EXPIRED:
+                # Nothing here expires; only items imported with the deleted mark are purged.
+                deleted = everything.and_(MatchValue("deleted", True))
+                return await self._remove(scope, deleted, cmd.dry_run)
             if cmd.strategy is PruneStrategy.BY_FILTER:
                 flt = memory.scope_filter(scope, Tier.ENTITY, live_only=False, metadata=cmd.filters)
                 going: list[MemoryRecord] = []
@@ -599,14 +768,18 @@ class EntityTier:
         """Refuse an import whose entities or relations would pass their quota (ids already
         stored count as nothing new). Entity imports do not auto-prune: `auto_prune` is
         accepted for the common signature, and the quota is still enforced."""
-        known = {
-            p.id
-            for p in await self._memory.call(self._memory.store.retrieve, [r.id for r in records])
-        }
-        for kind in (Kind.ENTITY, Kind.RELATION):
-            new = sum(1 for r in records if r.kind is kind and r.id not in known)
-            if new and await self._room(scope, kind, new) < 0:
+        plan = await self._memory.plan_restore(scope, records)
+        for kind, new in self._counted(plan.new).items():
+            if new > await self._room(scope, kind):
                 raise self._full(scope, kind)
+
+    def _counted(self, records: Iterable[MemoryRecord]) -> dict[Kind, int]:
+        """How many of `records` each counter counts once written (what `recount` finds:
+        not marked deleted, not expired)."""
+        now = self._clock()
+        held = [r for r in records if not r.deleted]
+        held = [r for r in held if r.expires_at is None or r.expires_at > now]
+        return {kind: sum(1 for r in held if r.kind is kind) for kind in self._ledgers}
 
     async def restore(
         self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool = False
@@ -624,7 +797,7 @@ class EntityTier:
                 )
             elif r.relation is not None:
                 derived.append(dataclasses.replace(r, content=render_relation(r.relation), key=""))
-        async with self._locks((scope.tenant, scope.user_id)):
+        async with self._locked(scope):
             names = [r.entity.name for r in derived if r.entity is not None]
             known = {
                 key: str(uuid.UUID(r.id))
@@ -641,15 +814,27 @@ class EntityTier:
                         continue
                     known.setdefault(name_key(r.entity.name), str(uuid.UUID(r.id)))
                 kept.append(r)
-            result = await self._memory.restore(scope, kept, self._compress_over_bytes)
+            plan = await self._memory.plan_restore(scope, kept)
+            reserved: dict[Kind, int] = {}
+            try:
+                for kind, new in self._counted(plan.new).items():
+                    await self._reserve(scope, kind, new, False, (), reserved)
+                result = await self._memory.write_restore(scope, plan, self._compress_over_bytes)
+            except BaseException:
+                await self._release(scope, reserved)
+                raise
+            await self._settle(scope, reserved, plan.new)
         result.skipped_count += skipped
         return result
 
     async def usage(self, scope: Scope) -> TierUsage:
         """Entities against their quota; bytes of entities and relations; percent is that of
         the fuller of the two quotas."""
-        entities, entity_bytes = await self._memory.measure(self._of_kind(scope, Kind.ENTITY))
-        relations, relation_bytes = await self._memory.measure(self._of_kind(scope, Kind.RELATION))
+        _, entity_bytes = await self._memory.measure(self._of_kind(scope, Kind.ENTITY))
+        _, relation_bytes = await self._memory.measure(self._of_kind(scope, Kind.RELATION))
+        # The counts (what the quotas check) from the counters.
+        entities = await self._held(scope, Kind.ENTITY)
+        relations = await self._held(scope, Kind.RELATION)
         max_entities, profile = self._limit(scope, Kind.ENTITY)
         max_relations, _ = self._limit(scope, Kind.RELATION)
         return TierUsage(

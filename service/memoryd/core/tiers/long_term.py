@@ -338,13 +338,8 @@ class LongTermTier(ArchivingVectorTier):
                         continue
                 over = got.held.count + len(new) - room.max_count
                 if not dropped and over > 0:
-                    # Room is made from the oldest message copies only.
                     dropped = True
-                    copies = Filter(
-                        must=[room.live, MatchValue("kind", Kind.MESSAGE.value)],
-                        must_not=[HasId(sorted(known))] if known else [],
-                    )
-                    if await self._drop_oldest(scope, copies, over):
+                    if await self._make_room_for_copies(scope, room, known, new, skipped, over):
                         continue
                 # What still does not fit: the batch's oldest messages go without a copy.
                 skipped.append(new.pop(0))
@@ -360,6 +355,40 @@ class LongTermTier(ArchivingVectorTier):
             writing = [p for p in points if p.record.id not in left_out]
             await ledger.write(scope, [p.record for p in new], lambda: memory.insert(writing))
         return len(new)
+
+    async def _make_room_for_copies(
+        self,
+        scope: Scope,
+        room: Room,
+        known: set[str],
+        new: list[NewPoint],
+        skipped: list[NewPoint],
+        over: int,
+    ) -> int:
+        """Room is made from the oldest message copies only: the `over` oldest of the
+        stored copies and the batch's new ones together. A new copy among them is not made
+        (moved from `new` to `skipped`), so a batch that arrives late (copies are taken by
+        several workers) never pushes out copies of later messages. Returns how many
+        went."""
+        copies = Filter(
+            must=[room.live, MatchValue("kind", Kind.MESSAGE.value)],
+            must_not=[HasId(sorted(known))] if known else [],
+        )
+        stored = await self._memory.records(copies, over, newest_first=False)
+        candidates: list[tuple[float, int, MemoryRecord | NewPoint]] = [
+            (r.created_at, 0, r) for r in stored
+        ] + [(p.record.created_at, 1, p) for p in new]
+        # Stable: at equal times a stored copy goes before a new one.
+        candidates.sort(key=lambda c: (c[0], c[1]))
+        going = [c[2] for c in candidates[:over]]
+        drop = [g for g in going if isinstance(g, MemoryRecord)]
+        late = {id(g) for g in going if isinstance(g, NewPoint)}
+        if drop:
+            await self._delete_records(scope, drop)
+            self._memory.observer.deleted(self.tier, "quota", len(drop))
+        skipped += [p for p in new if id(p) in late]
+        new[:] = [p for p in new if id(p) not in late]
+        return len(going)
 
     async def delete(self, lookup: Lookup) -> int:
         """Soft delete: hidden at once, purged by a later Prune (EXPIRED or ALL)."""

@@ -26,6 +26,7 @@ from memoryd.core.tiers.structured import StructuredTier
 from memoryd.core.tiers.working import WorkingTier
 from memoryd.settings import RetentionSettings, Settings
 from memoryd.stores.hot.port import HotStore
+from memoryd.stores.locks.port import UserLocks
 from memoryd.stores.usage.port import UsageCounters
 
 
@@ -48,6 +49,8 @@ class TierDeps:
     quotas: QuotaProfiles
     # Per user and tier usage (count, bytes): what vector tiers' quotas and Usage read.
     counters: UsageCounters
+    # Per user locks (shared by replicas on one Redis): the entity tier's merge by name.
+    locks: UserLocks
     on_message: MessageListener | None = None
 
 
@@ -148,6 +151,8 @@ def _entity(d: TierDeps) -> TierHandler:
         d.quotas,
         s.limits,
         d.clock,
+        d.counters,
+        d.locks,
         s.long_term.compress_over_bytes,
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -44,7 +45,12 @@ def scope_of(task: TaskKey) -> Scope:
 
 def entry_id(scope: Scope, key: str) -> str:
     """Stable per (scope, key): replacing a key keeps its id, and ids need no index."""
-    name = "\x00".join((scope.tenant, scope.user_id, scope.agent_id, scope.task_id, key))
+    return _id_of("\x00".join((scope.tenant, scope.user_id, scope.agent_id, scope.task_id, key)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _id_of(name: str) -> str:
+    # A task's keys are written again and again: the SHA-1 of uuid5 once per key.
     return str(uuid.uuid5(_ID_NAMESPACE, name))
 
 

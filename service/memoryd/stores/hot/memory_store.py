@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
+from copy import copy
 from dataclasses import dataclass, field, replace
 
 from memoryd.stores.hot.port import (
@@ -28,12 +29,19 @@ class _Session:
     expires_at: float = 0.0
 
 
+class _Entries(OrderedDict[str, WorkingEntry]):
+    """A task's entries, with their byte total kept on every change (so a put costs a
+    dict write, not a sum over the task)."""
+
+    total_bytes = 0
+
+
 class InProcessHotStore:
     """All operations run on the event loop without awaiting, so each one is atomic."""
 
     def __init__(self) -> None:
         # OrderedDict order is recency: last = most recently used.
-        self._tasks: dict[TaskKey, OrderedDict[str, WorkingEntry]] = {}
+        self._tasks: dict[TaskKey, _Entries] = {}
         self._sessions: dict[SessionKey, _Session] = {}
         self._appends = 0
 
@@ -42,26 +50,30 @@ class InProcessHotStore:
     ) -> PutOutcome:
         entries = self._tasks.get(task)
         if entries is None:
-            entries = self._tasks[task] = OrderedDict()
+            entries = self._tasks[task] = _Entries()
         old = entries.get(entry.key)
         if old is None and len(entries) >= max_entries:
             raise EntryLimitReached(entry.key)
-        total = sum(e.size for k, e in entries.items() if k != entry.key)
+        total = entries.total_bytes - (old.size if old else 0)  # the others'
         evicted: list[str] = []
-        for key in list(entries):
-            if total + entry.size <= max_bytes:
-                break
-            if key == entry.key:
-                continue
-            total -= entries.pop(key).size
-            evicted.append(key)
-        stored = replace(entry, created_at=old.created_at) if old else replace(entry)
+        if total + entry.size > max_bytes:
+            for key in list(entries):
+                if total + entry.size <= max_bytes:
+                    break
+                if key == entry.key:
+                    continue
+                total -= entries.pop(key).size
+                evicted.append(key)
+        stored = copy(entry)  # a shallow copy, as `replace` makes, for a fraction of its cost
+        if old is not None:
+            stored.created_at = old.created_at
         entries[entry.key] = stored
         entries.move_to_end(entry.key)
+        entries.total_bytes = total + entry.size
         return PutOutcome(replaced=old is not None, evicted_keys=evicted, count=len(entries))
 
     async def get_entries(self, task: TaskKey, keys: list[str]) -> list[WorkingEntry]:
-        entries = self._tasks.get(task, OrderedDict())
+        entries = self._tasks.get(task) or _Entries()
         found = []
         for key in keys:
             if key in entries:
@@ -70,13 +82,18 @@ class InProcessHotStore:
         return found
 
     async def list_entries(self, task: TaskKey) -> list[WorkingEntry]:
-        return [replace(e) for e in reversed(self._tasks.get(task, OrderedDict()).values())]
+        return [replace(e) for e in reversed(self._tasks.get(task, _Entries()).values())]
 
     async def delete_entries(self, task: TaskKey, keys: list[str]) -> int:
         entries = self._tasks.get(task)
         if not entries:
             return 0
-        deleted = sum(1 for key in keys if entries.pop(key, None) is not None)
+        deleted = 0
+        for key in keys:
+            gone = entries.pop(key, None)
+            if gone is not None:
+                entries.total_bytes -= gone.size
+                deleted += 1
         if not entries:
             del self._tasks[task]
         return deleted

@@ -26,6 +26,12 @@ STREAM = "memoryd:wb:messages"
 CLUSTER_STREAM = "memoryd:{wb}:messages"
 
 _NO_GROUP = "NOGROUP"
+# KEYS: stream. ARGV: group, then entry ids. Acked and deleted in one step, so the stream
+# holds exactly what is still to be copied (see `pending`).
+_ACK = """
+redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
+return redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
+"""
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +56,7 @@ class RedisStreamQueue:
         self._group_ready = False
         self._backlog_done = False
         self._owns_client = False
+        self._ack = client.register_script(_ACK)
 
     @classmethod
     def from_url(
@@ -152,21 +159,17 @@ class RedisStreamQueue:
 
     async def ack(self, ids: list[str]) -> None:
         if ids:
-            await self._grouped(lambda: self._redis.xack(self._stream, _GROUP, *ids))
-            await self._call(lambda: self._redis.xdel(self._stream, *ids))
+            await self._grouped(lambda: self._ack(keys=[self._stream], args=[_GROUP, *ids]))
 
     async def release(self, ids: list[str]) -> None:
         # They stay in our pending list: the next take reads that list first again.
         self._backlog_done = False
 
     async def pending(self) -> int:
-        info = await self._grouped(lambda: self._redis.xpending(self._stream, _GROUP))
-        undelivered = 0
-        groups = await self._grouped(lambda: self._redis.xinfo_groups(self._stream))
-        for group in groups:
-            if _text(group.get("name", b"")) == _GROUP:
-                undelivered = int(group.get("lag") or 0)
-        return int(info["pending"]) + undelivered
+        # An acked entry is deleted in the same step (`ack`), so the stream holds exactly
+        # the entries not yet copied, taken or not: one read, never between two states
+        # (reading "taken" and "not yet taken" apart missed an entry taken in between).
+        return int(await self._call(lambda: self._redis.xlen(self._stream)))
 
     async def oldest_put_at(self) -> float | None:
         # Acked entries are deleted, so the stream's first entry is the oldest pending one,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
-from memoryd.stores.redis_family import redis_adapter, redis_url
+from memoryd.stores.redis_family import family_adapters, redis_adapter
 
 if TYPE_CHECKING:
     from memoryd.settings import Settings
@@ -19,29 +19,19 @@ if TYPE_CHECKING:
 BucketsFactory: TypeAlias = "Callable[[Settings], TokenBuckets]"
 
 
-def _in_process(settings: Settings) -> TokenBuckets:
+def _in_process() -> TokenBuckets:
     from memoryd.stores.ratelimit.memory_buckets import InProcessBuckets
 
     return InProcessBuckets()
 
 
-def _redis(settings: Settings) -> TokenBuckets:
+def _redis(url: str, cluster: bool) -> TokenBuckets:
     from memoryd.stores.ratelimit.redis_buckets import RedisBuckets
 
-    return RedisBuckets(redis_url(settings, "rate-limit buckets"))
+    return RedisBuckets(url, cluster=cluster)
 
 
-def _redis_cluster(settings: Settings) -> TokenBuckets:
-    from memoryd.stores.ratelimit.redis_buckets import RedisBuckets
-
-    return RedisBuckets(redis_url(settings, "rate-limit buckets", cluster=True), cluster=True)
-
-
-ADAPTERS: dict[str, BucketsFactory] = {
-    "in_process": _in_process,
-    "redis": _redis,
-    "redis_cluster": _redis_cluster,
-}
+ADAPTERS: dict[str, BucketsFactory] = family_adapters(_in_process, _redis, "rate-limit buckets")
 
 
 def adapter_name(settings: Settings) -> str:

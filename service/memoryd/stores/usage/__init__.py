@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
-from memoryd.stores.redis_family import redis_adapter, redis_url
+from memoryd.stores.redis_family import family_adapters, redis_adapter
 
 if TYPE_CHECKING:
     from memoryd.settings import Settings
@@ -19,29 +19,19 @@ if TYPE_CHECKING:
 CountersFactory: TypeAlias = "Callable[[Settings], UsageCounters]"
 
 
-def _in_process(settings: Settings) -> UsageCounters:
+def _in_process() -> UsageCounters:
     from memoryd.stores.usage.memory_counters import InProcessCounters
 
     return InProcessCounters()
 
 
-def _redis(settings: Settings) -> UsageCounters:
+def _redis(url: str, cluster: bool) -> UsageCounters:
     from memoryd.stores.usage.redis_counters import RedisCounters
 
-    return RedisCounters.from_url(redis_url(settings, "usage counters"))
+    return RedisCounters.from_url(url, cluster=cluster)
 
 
-def _redis_cluster(settings: Settings) -> UsageCounters:
-    from memoryd.stores.usage.redis_counters import RedisCounters
-
-    return RedisCounters.from_url(redis_url(settings, "usage counters", cluster=True), cluster=True)
-
-
-ADAPTERS: dict[str, CountersFactory] = {
-    "in_process": _in_process,
-    "redis": _redis,
-    "redis_cluster": _redis_cluster,
-}
+ADAPTERS: dict[str, CountersFactory] = family_adapters(_in_process, _redis, "usage counters")
 
 
 def adapter_name(settings: Settings) -> str:

@@ -6,6 +6,9 @@ bytes `b`, the pending (reserved, not yet written) `pn` and `pb`, a version `v` 
 step moves, and `rv`, the version of the last correction. Removed ids go in the set
 `...:usage:<tier>:gone` (expiring), so an id is uncounted once. Both keys carry the
 user's hash tag (as the hot store's do): legal in one script on a Redis Cluster.
+
+Decrements are written `0 - x`, never `-x`: Lua turns `-0` into the argument "-0", which
+HINCRBY refuses, and counters that count no bytes (the entity tier's) move by 0 bytes.
 """
 
 from __future__ import annotations
@@ -53,8 +56,8 @@ return {0, n, b}
 _SETTLE = """
 if #ARGV > 2 then redis.call('SREM', KEYS[2], unpack(ARGV, 3)) end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HINCRBY', KEYS[1], 'pn', -tonumber(ARGV[1]))
-redis.call('HINCRBY', KEYS[1], 'pb', -tonumber(ARGV[2]))
+redis.call('HINCRBY', KEYS[1], 'pn', 0 - tonumber(ARGV[1]))
+redis.call('HINCRBY', KEYS[1], 'pb', 0 - tonumber(ARGV[2]))
 redis.call('HINCRBY', KEYS[1], 'v', 1)
 return 1
 """
@@ -63,10 +66,10 @@ return 1
 _RELEASE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local dn, db = tonumber(ARGV[1]), tonumber(ARGV[2])
-redis.call('HINCRBY', KEYS[1], 'n', -dn)
-redis.call('HINCRBY', KEYS[1], 'b', -db)
-redis.call('HINCRBY', KEYS[1], 'pn', -dn)
-redis.call('HINCRBY', KEYS[1], 'pb', -db)
+redis.call('HINCRBY', KEYS[1], 'n', 0 - dn)
+redis.call('HINCRBY', KEYS[1], 'b', 0 - db)
+redis.call('HINCRBY', KEYS[1], 'pn', 0 - dn)
+redis.call('HINCRBY', KEYS[1], 'pb', 0 - db)
 redis.call('HINCRBY', KEYS[1], 'v', 1)
 return 1
 """
@@ -83,8 +86,8 @@ for i = 2, #ARGV, 2 do
 end
 redis.call('EXPIRE', KEYS[2], ARGV[1])
 if dn > 0 and redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HINCRBY', KEYS[1], 'n', -dn)
-  redis.call('HINCRBY', KEYS[1], 'b', -db)
+  redis.call('HINCRBY', KEYS[1], 'n', 0 - dn)
+  redis.call('HINCRBY', KEYS[1], 'b', 0 - db)
   redis.call('HINCRBY', KEYS[1], 'v', 1)
 end
 return {dn, db}

@@ -11,6 +11,10 @@ Layout under ``path``: ``<collection>/`` is the edge shard (segments + WAL) and
 * Thread safety: the shard is internally synchronised and releases the GIL while
   searching, so reads run unlocked; writes go through one lock so that `delete_where`'s
   count and delete see the same data.
+* The shard is this process's alone (the engine locks it), so every write passes through
+  here: `generation` moves with each of them (per user: with each write that touches the
+  user's points), and what the core derives from the points (the per-user term counts)
+  can be kept until it moves.
 """
 
 from __future__ import annotations
@@ -19,10 +23,10 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import numpy
 import qdrant_edge as qe
@@ -86,6 +90,10 @@ class EdgeVectorStore:
         self._meta_path = self._root / f"{collection}.meta.json"
         self._gate = LifecycleGate(f"edge vector store {self._shard_dir}")
         self._write_lock = threading.Lock()
+        # Moved by every write / by writes whose owners are not looked up / per owner.
+        self._generation = 0
+        self._everyone = 0
+        self._owners: dict[tuple[str, str], int] = {}
         self._root.mkdir(parents=True, exist_ok=True)
         self._shard = self._open_shard()
         try:
@@ -141,6 +149,39 @@ class EdgeVectorStore:
     def collection(self) -> str:
         return self._collection
 
+    def generation(self, tenant: str | None = None, user_id: str | None = None) -> int | None:
+        if tenant is None or user_id is None:
+            return self._generation
+        # Both parts only grow, so their sum moves whenever either does.
+        return self._everyone + self._owners.get((tenant, user_id), 0)
+
+    @contextmanager
+    def _writing(self, what: str, owners: Callable[[], set[Owner] | None]) -> Iterator[None]:
+        """A write under the write lock. Once it is done (or failed half-way) the
+        generation moves: of the `owners` of the points it touches (read before the write,
+        under the lock), or of everyone when they are None. A reader that saw the old
+        generation never keeps what it counted."""
+        with self._op(what), self._write_lock:
+            touched = owners()
+            try:
+                yield
+            finally:
+                self._generation += 1
+                if touched is None:
+                    self._everyone += 1
+                else:
+                    for owner in touched:
+                        self._owners[owner] = self._owners.get(owner, 0) + 1
+
+    def _owners_of(self, ids: Sequence[str]) -> set[Owner] | None:
+        """Whose points these are (None: too many to look up, or one without an owner)."""
+        if len(ids) > _OWNER_LOOKUP:
+            return None
+        request: list[qe.PointId] = list(ids)
+        return _owners(
+            [r.payload for r in self._shard.retrieve(request, True, vector_names(False))]
+        )
+
     @contextmanager
     def _op(self, what: str) -> Iterator[None]:
         with self._gate.op():
@@ -174,21 +215,29 @@ class EdgeVectorStore:
         if not checked:
             return
         edge_points = [_edge_point(p) for p in checked]
-        with self._op("upsert"), self._write_lock:
+
+        def owners() -> set[Owner] | None:
+            # The new owners, and the old ones of the points replaced.
+            new = _owners([p.payload for p in checked])
+            old = self._owners_of([p.id for p in checked])
+            return None if new is None or old is None else new | old
+
+        with self._writing("upsert", owners):
             self._shard.update(qe.UpdateOperation.upsert_points(edge_points))
 
     def delete(self, ids: Sequence[str]) -> None:
-        wanted: list[qe.PointId] = list(unique_ids(ids))
+        targets = unique_ids(ids)
+        wanted: list[qe.PointId] = list(targets)
         if not wanted:
             return
-        with self._op("delete"), self._write_lock:
+        with self._writing("delete", lambda: self._owners_of(targets)):
             self._shard.update(qe.UpdateOperation.delete_points(wanted))
 
     def delete_where(self, filter: Filter) -> int:
         if filter.is_empty:
             raise ValueError("delete_where needs a non-empty filter")
         edge_filter = _edge_group(filter)
-        with self._op("delete_where"), self._write_lock:
+        with self._writing("delete_where", lambda: _owner_filtered(filter)):
             matched = self._shard.count(qe.CountRequest(exact=True, filter=edge_filter))
             if matched:
                 self._shard.update(qe.UpdateOperation.delete_points_by_filter(edge_filter))
@@ -200,7 +249,8 @@ class EdgeVectorStore:
             return
         # By filter, because set_payload by id fails on the first unknown id.
         by_ids = qe.Filter(must=[qe.HasIdCondition(set(wanted))])
-        with self._op("set_payload"), self._write_lock:
+        owned = "tenant" not in patch and "user_id" not in patch
+        with self._writing("set_payload", lambda: self._owners_of(wanted) if owned else None):
             self._shard.update(qe.UpdateOperation.set_payload_by_filter(by_ids, dict(patch)))
 
     # ------------------------------------------------------------------ reads
@@ -366,6 +416,37 @@ class EdgeVectorStore:
         data = json.dumps(dict(meta), sort_keys=True, indent=2)
         with self._op("write_meta"), self._write_lock:
             _atomic_write(self._meta_path, data)
+
+
+# ---------------------------------------------------------------------- owners
+
+# A point's owner (tenant, user_id); writes touching more points than this move every
+# user's generation instead of looking their owners up.
+Owner: TypeAlias = tuple[str, str]
+_OWNER_LOOKUP = 64
+
+
+def _owners(payloads: Sequence[Mapping[str, Any] | None]) -> set[Owner] | None:
+    found: set[Owner] = set()
+    for payload in payloads:
+        tenant, user = (payload or {}).get("tenant"), (payload or {}).get("user_id")
+        if not isinstance(tenant, str) or not isinstance(user, str):
+            return None
+        found.add((tenant, user))
+    return found
+
+
+def _owner_filtered(filter: Filter) -> set[Owner] | None:
+    """The one owner a filter is limited to (top-level tenant and user equality), if any."""
+    values = {
+        c.field: c.value
+        for c in filter.must
+        if isinstance(c, MatchValue) and c.field in ("tenant", "user_id")
+    }
+    tenant, user = values.get("tenant"), values.get("user_id")
+    if isinstance(tenant, str) and isinstance(user, str):
+        return {(tenant, user)}
+    return None
 
 
 # ---------------------------------------------------------------------- conversions

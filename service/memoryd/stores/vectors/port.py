@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -296,8 +297,14 @@ def field_path(parent: str, key: str) -> str:
 # --------------------------------------------------------------------------- helpers
 
 
+# A UUID in its canonical form (what `str(uuid.UUID(...))` gives), as engines return ids.
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def canonical_id(point_id: str) -> str:
     """The canonical UUID string for ``point_id``; raises ValueError if it is not a UUID."""
+    if isinstance(point_id, str) and _CANONICAL_UUID.fullmatch(point_id):
+        return point_id  # already canonical: no parse (every point read passes here)
     try:
         return str(uuid.UUID(str(point_id)))
     except ValueError:
@@ -317,6 +324,16 @@ class VectorStore(Protocol):
 
     @property
     def collection(self) -> str: ...
+
+    def generation(self, tenant: str | None = None, user_id: str | None = None) -> int | None:
+        """A number that changes with every write (`upsert`, `delete`, `delete_where`,
+        `set_payload`) once it is done; with `tenant` and `user_id`, with every write that
+        may touch that user's points (an adapter may move it for more writes than that,
+        never fewer). None when writers this handle never sees may change the collection
+        (a shared server). While it stays the same, counts read from the store stay true,
+        so the core may keep them (the per-user term counts of retrieval). Cheap and
+        non-blocking: it may be called on the event loop."""
+        ...
 
     def upsert(self, points: Sequence[VectorPoint]) -> None:
         """Insert or replace points (whole point: vectors and payload). Durable on return."""

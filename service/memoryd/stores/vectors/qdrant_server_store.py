@@ -108,6 +108,8 @@ class QdrantServerVectorStore:
         self._hnsw = models.HnswConfigDiff(m=hnsw_m, payload_m=hnsw_payload_m)
         self._gate = LifecycleGate(f"qdrant vector store {collection!r}")
         self._write_lock = threading.RLock()
+        # Moves with every write; only meaningful in local mode (see `generation`).
+        self._generation = 0
         # Local mode is plain Python state, so reads must be serialised with writes too.
         self._read_guard: AbstractContextManager[Any] = (
             self._write_lock if self._local else contextlib.nullcontext()
@@ -226,8 +228,18 @@ class QdrantServerVectorStore:
     def _read(self, what: str) -> AbstractContextManager[None]:
         return self._op(what, self._read_guard)
 
-    def _write(self, what: str) -> AbstractContextManager[None]:
-        return self._op(what, self._write_lock)
+    @contextlib.contextmanager
+    def _write(self, what: str) -> Iterator[None]:
+        with self._op(what, self._write_lock):
+            try:
+                yield
+            finally:
+                self._generation += 1
+
+    def generation(self, tenant: str | None = None, user_id: str | None = None) -> int | None:
+        # A server may have other writers (replicas, tools) that this process never sees.
+        # In local mode every write moves it, whoever's points it touches.
+        return self._generation if self._local else None
 
     def flush(self) -> None:
         # Writes use wait=True: the server has applied them and logged them to its WAL
