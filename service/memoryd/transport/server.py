@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from memoryd.app import App, StartupRefused
 from memoryd.settings import Settings
@@ -52,37 +54,37 @@ class MemorydServer:
         # The trace's server span encloses the whole call, so every log line is inside it.
         tracing = [server_interceptor(provider)] if provider is not None else []
         self._server = grpc.aio.server(
-            # Outermost first: the request id, metrics and log line see every outcome;
-            # errors are mapped for everything inside, identity included; identity refuses
-            # before any rate-limit token is spent.
-            interceptors=[
-                *tracing,
-                # One interceptor: each method's handler is wrapped once, not on every call.
-                CallChain(
-                    [
-                        Observability(metrics, calls),
-                        ErrorMapping(),
-                        identity,
-                        RateLimiting(app.rate_limits, calls, answers),
-                    ]
-                ),
-            ],
+            interceptors=tracing,
             options=[
                 ("grpc.max_receive_message_length", max_bytes),
                 ("grpc.max_send_message_length", max_bytes),
             ],
         )
-        memory_pb2_grpc.add_MemoryServiceServicer_to_server(
-            MemoryServicer(app.engine, calls), self._server
+        # Outermost first: the request id, metrics and log line see every outcome; errors
+        # are mapped for everything inside, identity included; identity refuses before any
+        # rate-limit token is spent. Every handler is wrapped once, as it is registered.
+        chain = CallChain(
+            [
+                Observability(metrics, calls),
+                ErrorMapping(),
+                identity,
+                RateLimiting(app.rate_limits, calls, answers),
+            ]
         )
-        health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, self._server)
+        registrar: Any = chain.registrar(self._server)
+        memory_pb2_grpc.add_MemoryServiceServicer_to_server(
+            MemoryServicer(app.engine, calls), registrar
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self._health.servicer, registrar)
         if settings.reflection:
             names = (
                 memory_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name,
                 "grpc.health.v1.Health",
                 reflection.SERVICE_NAME,
             )
-            reflection.enable_server_reflection(names, self._server)
+            reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+                ReflectionServicer(names), registrar
+            )
         self.port = 0
         self.metrics_port = 0
         self._stopped = False
