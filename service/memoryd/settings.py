@@ -189,6 +189,12 @@ class RetrievalSettings(BaseModel):
 
 class LongTermSettings(BaseModel):
     compress_over_bytes: int = Field(1024, ge=1, description="zlib-compress larger content")
+    lead_chars: int = Field(
+        240,
+        ge=0,
+        description="A turn of a session is embedded after the last this many characters of "
+        "the turn before it, with its speaker (ADR 0400); 0: each turn alone",
+    )
     max_memories: int = Field(
         10_000, ge=1, description="Per user of the 'default' quota profile; RESOURCE_EXHAUSTED"
     )

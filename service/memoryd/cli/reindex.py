@@ -13,15 +13,40 @@ import shutil
 import time
 from collections.abc import Callable
 
-from memoryd.core.memory.payload import embed_text_of
+from memoryd.core.memory.payload import LEAD_FIELD, content_of, embed_text_of, lead_of, with_lead
 from memoryd.core.retrieval import bm25
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.vectors.edge_store import EdgeVectorStore, peek_meta, promote_collection
-from memoryd.stores.vectors.port import TERMS_FIELD, VectorPoint, VectorStore
+from memoryd.stores.vectors.port import (
+    TERMS_FIELD,
+    StoredPoint,
+    VectorPoint,
+    VectorStore,
+    canonical_id,
+)
 
 # Where stores written before the Qdrant BM25 encoder kept their stemmed terms (strings).
 _LEGACY_TERMS_FIELD = "terms"
+
+
+def _after_leads(
+    source: VectorStore, points: list[StoredPoint], texts: list[str], lead_chars: int
+) -> list[str]:
+    """Each text after its lead, the turn before it that its payload names, as it was
+    embedded when added (ADR 0400); a lead deleted since is left out."""
+    lead_ids = [str(p.payload.get(LEAD_FIELD) or "") for p in points]
+    wanted = sorted({i for i in lead_ids if i}) if lead_chars > 0 else []
+    before = {canonical_id(q.id): q.payload for q in source.retrieve(wanted)} if wanted else {}
+    out = []
+    for text, lead_id in zip(texts, lead_ids, strict=True):
+        payload = before.get(canonical_id(lead_id)) if lead_id in wanted else None
+        if payload is None or payload.get("deleted"):
+            out.append(text)
+        else:
+            lead = lead_of(content_of(payload), payload.get("metadata") or {}, lead_chars)
+            out.append(with_lead(lead, text))
+    return out
 
 
 class ReindexRefused(Exception):
@@ -34,6 +59,7 @@ def copy_reembedded(
     embedder: Embedder,
     batch_size: int = 128,
     progress: Callable[[int, int], None] = lambda done, total: None,
+    lead_chars: int = 0,
 ) -> int:
     """Copy every point (payload and id kept) from source to target with fresh vectors."""
     encoder = bm25.BM25Encoder()
@@ -45,7 +71,7 @@ def copy_reembedded(
         if not points:
             break
         texts = [embed_text_of(p.payload) for p in points]
-        vectors = embedder.embed(texts)
+        vectors = embedder.embed(_after_leads(source, points, texts, lead_chars))
         upserts = []
         for point, text, vector in zip(points, texts, vectors, strict=True):
             payload = {k: v for k, v in point.payload.items() if k != _LEGACY_TERMS_FIELD}
@@ -86,7 +112,9 @@ def reindex(settings: Settings, embedder: Embedder, progress: Callable[[int, int
     source = EdgeVectorStore(root, int(meta["dim"]), collection)
     target = EdgeVectorStore(root, embedder.dim, building)
     try:
-        copied = copy_reembedded(source, target, embedder, progress=progress)
+        copied = copy_reembedded(
+            source, target, embedder, progress=progress, lead_chars=settings.long_term.lead_chars
+        )
         target.write_meta(
             {**meta, "embedder": embedder.name, "dim": embedder.dim, "sparse": bm25.ENCODER_NAME}
         )

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memoryd.core.models import FactVersion, Kind, MemoryRecord, Role, Scope, Source, Tier
+from memoryd.core.retrieval.conversation import SPEAKER_KEYS
 from memoryd.core.text import utf8_len
 from memoryd.core.tiers.bodies import body_payload, document_of, entity_of, episode_of, relation_of
 
@@ -124,10 +125,32 @@ def from_payload(point_id: str, payload: dict[str, Any], score: float = 0.0) -> 
 CONTEXT_METADATA_KEYS = ("date", "session_date", "speaker", "author", "sender")
 
 
+# The id of the turn before a memory in its session, when the memory's dense vector was
+# computed with that turn as its lead (ADR 0400). The text itself is not copied: deleting a
+# turn must not leave its words in its neighbour's payload.
+LEAD_FIELD = "lead_id"
+
+
+def lead_of(content: str, metadata: Mapping[str, Any], limit: int) -> str:
+    """What a turn lends the embedding of the turn after it: its speaker and the last
+    `limit` characters of its text (the end of a turn is what the reply answers)."""
+    if limit <= 0:
+        return ""
+    speaker = next((str(metadata[k]).strip() for k in SPEAKER_KEYS if metadata.get(k)), "")
+    text = content[-limit:]
+    return f"{speaker}: {text}" if speaker else text
+
+
+def with_lead(lead: str, text: str) -> str:
+    """The text a dense vector is computed from: the memory's own, after its lead."""
+    return f"{lead}\n{text}" if lead else text
+
+
 def embed_text_of(payload: Mapping[str, Any]) -> str:
     """The text a memory's vectors are computed from: persona facts embed as "key: value",
     other memories as their content, prefixed "<date> <speaker>: " when the metadata
-    holds those (see CONTEXT_METADATA_KEYS)."""
+    holds those (see CONTEXT_METADATA_KEYS). Keyword terms come from this text; the dense
+    vector may also see a lead (`with_lead`)."""
     return embed_text_for(
         payload.get("tier", ""),
         str(payload.get("key", "")),

@@ -22,11 +22,14 @@ from memoryd.core.errors import FieldViolation, StoreUnavailable
 from memoryd.core.memory import term_counts
 from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.payload import (
+    LEAD_FIELD,
     content_hash,
     content_of,
     embed_text_of,
     from_payload,
+    lead_of,
     to_payload,
+    with_lead,
 )
 from memoryd.core.models import ImportResult, Kind, MemoryRecord, Scope, Tier
 from memoryd.core.observe import NullObserver, Observer
@@ -76,13 +79,19 @@ class RestorePlan:
 
 @dataclass(frozen=True)
 class NewPoint:
-    """A memory to insert: its record, its payload, and the text to embed (or its
-    `vector`, when the caller embedded it beforehand)."""
+    """A memory to insert: its record, its payload, the text its keyword terms and vector
+    come from, the `lead` its vector also sees (the turn before it; ADR 0400), and the
+    `vector`, when the caller embedded `dense_text` beforehand."""
 
     record: MemoryRecord
     payload: dict[str, Any]
     embed_text: str
     vector: list[float] | None = None
+    lead: str = ""
+
+    @property
+    def dense_text(self) -> str:
+        return with_lead(self.lead, self.embed_text)
 
 
 class VectorMemory:
@@ -150,7 +159,7 @@ class VectorMemory:
         """Embed (what is not embedded yet) and upsert; returns the embedding time in ms."""
         if not points:
             return 0.0
-        missing = [p.embed_text for p in points if p.vector is None]
+        missing = [p.dense_text for p in points if p.vector is None]
         fresh, embedding_ms = await self.embed(missing) if missing else ([], 0.0)
         computed = iter(fresh)
         vectors = [p.vector if p.vector is not None else next(computed) for p in points]
@@ -282,17 +291,24 @@ class VectorMemory:
         return plan
 
     async def write_restore(
-        self, scope: Scope, plan: RestorePlan, compress_over_bytes: int
+        self, scope: Scope, plan: RestorePlan, compress_over_bytes: int, lead_chars: int = 0
     ) -> ImportResult:
         """Re-embed and upsert the plan's new memories under `scope`'s user, keeping their
-        times and payload (a soft-deleted one stays deleted)."""
+        times and payload (a soft-deleted one stays deleted). A turn whose previous turn
+        comes in the same import is embedded after it, as when it was added."""
+        turns = {(r.session_id, r.position): r for r in plan.new if r.session_id and not r.deleted}
         for start in range(0, len(plan.new), _IMPORT_BATCH):
             points: list[NewPoint] = []
             for record in plan.new[start : start + _IMPORT_BATCH]:
                 digest = content_hash(scope, record.tier, record.key, record.content)
                 payload = to_payload(record, scope, digest, compress_over_bytes)
                 payload["deleted"] = record.deleted
-                points.append(NewPoint(record, payload, embed_text_of(payload)))
+                lead = ""
+                if before := turns.get((record.session_id, record.position - 1)):
+                    lead = lead_of(before.content, before.metadata, lead_chars)
+                    if lead:
+                        payload[LEAD_FIELD] = before.id
+                points.append(NewPoint(record, payload, embed_text_of(payload), lead=lead))
             await self.insert(points)
         return ImportResult(imported_count=len(plan.new), skipped_count=plan.skipped)
 

@@ -80,6 +80,8 @@ class ArchivingVectorTier:
         self._clock = clock
         self._archive = archive
         self._compress_over_bytes = compress_over_bytes
+        # Characters of the previous turn a session's turn is embedded with (long-term's).
+        self._lead_chars = 0
         self._locks = KeyedLocks()
         # Quota checks (and Usage) read the usage counters: O(1), atomic across replicas.
         self._ledger = Ledger(
@@ -391,7 +393,9 @@ class ArchivingVectorTier:
         memory = self._memory
 
         async def write() -> ImportResult:
-            return await memory.write_restore(scope, plan, self._compress_over_bytes)
+            return await memory.write_restore(
+                scope, plan, self._compress_over_bytes, self._lead_chars
+            )
 
         if room is None:
             return await write()

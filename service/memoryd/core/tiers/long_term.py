@@ -10,7 +10,15 @@ from dataclasses import replace
 from memoryd.core.errors import FieldViolation, MemorydError, QuotaExceeded
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.quotas import QuotaProfiles, quota_full, quota_percent
-from memoryd.core.memory.payload import content_hash, embed_text_for, embed_text_of, to_payload
+from memoryd.core.memory.payload import (
+    LEAD_FIELD,
+    content_hash,
+    embed_text_for,
+    embed_text_of,
+    lead_of,
+    to_payload,
+    with_lead,
+)
 from memoryd.core.memory.vector_memory import (
     PAGE_SIZE,
     NewPoint,
@@ -66,6 +74,7 @@ class LongTermTier(ArchivingVectorTier):
         self._foreign_kinds = foreign_kinds
         self._max_content_bytes = max_content_bytes
         self._settings = settings
+        self._lead_chars = settings.lead_chars
         self._quotas = quotas or QuotaProfiles(QuotaSettings(), settings)
 
     def check_add(self, cmd: AddCommand, v: Violations) -> None:
@@ -74,10 +83,22 @@ class LongTermTier(ArchivingVectorTier):
         if cmd.expires_at is not None and cmd.expires_at <= self._clock():
             v.add("expires_at", "must be in the future")
 
-    def _new_point(self, record: MemoryRecord, scope: Scope) -> NewPoint:
+    def _new_point(
+        self, record: MemoryRecord, scope: Scope, before: MemoryRecord | None = None
+    ) -> NewPoint:
+        """The point of `record`; a turn is embedded after `before`, the turn before it in
+        its session (ADR 0400: a reply is understood with what it answers)."""
         digest = content_hash(scope, record.tier, record.key, record.content)
         payload = to_payload(record, scope, digest, self._settings.compress_over_bytes)
-        return NewPoint(record=record, payload=payload, embed_text=embed_text_of(payload))
+        lead = self._lead(before)
+        if lead and before is not None:
+            payload[LEAD_FIELD] = before.id
+        return NewPoint(record, payload, embed_text_of(payload), lead=lead)
+
+    def _lead(self, before: MemoryRecord | None) -> str:
+        if before is None or before.deleted:
+            return ""
+        return lead_of(before.content, before.metadata, self._lead_chars)
 
     def _room(self, scope: Scope) -> Room:
         """The user's long-term quota: live memories against their quota profile."""
@@ -135,7 +156,10 @@ class LongTermTier(ArchivingVectorTier):
         # only, so concurrent Adds of one user share model calls instead of queueing for
         # them. (A memory that turns out a duplicate or over quota was embedded for nothing;
         # the embedding cache makes a repeat of it cheap.)
-        texts = [self._embed_text(c) for c in cmds]
+        texts = [
+            with_lead(lead, self._embed_text(c))
+            for c, lead in zip(cmds, await self._expected_leads(cmds), strict=True)
+        ]
         vectors, _ = await self._memory.embed(texts)
         embedded = dict(zip(texts, vectors, strict=True))
         for user, indices in users.items():
@@ -144,6 +168,26 @@ class LongTermTier(ArchivingVectorTier):
             for i, outcome in zip(indices, done, strict=True):
                 outcomes[i] = outcome
         return [o for o in outcomes if o is not None]
+
+    async def _expected_leads(self, cmds: Sequence[AddCommand]) -> list[str]:
+        """The lead each turn is expected to get, so that it is embedded before the lock:
+        its session's last turn now, or the turn before it in this batch. A turn placed
+        after another by then gets its real lead and is embedded again, under the lock."""
+        if self._lead_chars <= 0:
+            return [""] * len(cmds)
+        following: dict[tuple[str, str, str], str] = {}  # session -> the next turn's lead
+        leads = []
+        for cmd in cmds:
+            scope = cmd.scope
+            if not scope.session_id:
+                leads.append("")
+                continue
+            key = (scope.tenant, scope.user_id, scope.session_id)
+            if key not in following:
+                following[key] = self._lead(await self._last_turn(scope))
+            leads.append(following[key])
+            following[key] = lead_of(cmd.content, cmd.metadata, self._lead_chars)
+        return leads
 
     @staticmethod
     def _embed_text(cmd: AddCommand) -> str:
@@ -184,7 +228,7 @@ class LongTermTier(ArchivingVectorTier):
         # Reserved and not yet written: settled once written, released on any failure.
         owed = [len(writes), sum(sizes[i] for i in writes)] if prepaid else [0, 0]
         first_of: dict[str, str] = {}  # digest -> id of a memory this batch adds
-        taken: dict[str, int] = {}  # session -> positions this batch handed out
+        placed: dict[str, MemoryRecord] = {}  # session -> the last turn this batch placed
         points: list[NewPoint] = []
         outcomes: list[AddResult | MemorydError] = []
 
@@ -218,15 +262,18 @@ class LongTermTier(ArchivingVectorTier):
                     owed[0], owed[1] = owed[0] + 1, owed[1] + new_bytes
                 kind = Kind.NOTE if cmd.kind is Kind.UNSPECIFIED else cmd.kind
                 record = cmd.new_record(cmd.content, kind, self._clock(), cmd.expires_at)
+                before: MemoryRecord | None = None
                 if cmd.scope.session_id:
-                    # A turn's place in its session, counting those this batch already placed.
+                    # A turn's place in its session: after its last turn, or after the turn
+                    # this batch placed last.
                     session = cmd.scope.session_id
-                    record.position = await self._next_position(cmd.scope, taken.get(session, 0))
-                    taken[session] = taken.get(session, 0) + 1
-                point = self._new_point(record, cmd.scope)
-                # The stored text is the one embedded before the lock unless the record's
-                # payload says otherwise (then `insert` embeds it).
-                points.append(replace(point, vector=embedded.get(point.embed_text)))
+                    before = placed.get(session) or await self._last_turn(cmd.scope)
+                    record.position = (before.position if before is not None else 0) + 1
+                    placed[session] = record
+                point = self._new_point(record, cmd.scope, before)
+                # The text embedded before the lock, unless the payload or the lead turned
+                # out otherwise (then `insert` embeds it).
+                points.append(replace(point, vector=embedded.get(point.dense_text)))
                 first_of.setdefault(digest, record.id)
                 outcomes.append(
                     AddResult(record.id, operation, Tier.LONG_TERM, max(0, limit - held))
@@ -253,9 +300,9 @@ class LongTermTier(ArchivingVectorTier):
             if offset is None:
                 return found
 
-    async def _next_position(self, scope: Scope, taken: int = 0) -> int:
-        """The position after the last one of the scope's session (deleted memories
-        included, so a position is never given twice), plus `taken` already handed out."""
+    async def _last_turn(self, scope: Scope) -> MemoryRecord | None:
+        """The turn of the scope's session with the highest position, deleted ones included
+        (so a position is never given twice)."""
         session = self._memory.scope_filter(
             scope,
             Tier.LONG_TERM,
@@ -263,7 +310,7 @@ class LongTermTier(ArchivingVectorTier):
             extra=[MatchValue("session_id", scope.session_id)],
         )
         last = await self._memory.records(session, 1, newest_first=True, order_by="position")
-        return (last[0].position if last else 0) + 1 + taken
+        return last[0] if last else None
 
     def _bytes_full(self, scope: Scope, new_bytes: int, size: int, max_bytes: int) -> QuotaExceeded:
         profile = self._quotas.profile_for(scope)
@@ -290,13 +337,14 @@ class LongTermTier(ArchivingVectorTier):
             p.id: int(p.payload.get("position") or 0)
             for p in await self._memory.call(self._memory.store.retrieve, [m.id for _, m in items])
         }
-        handed: dict[tuple[str, str, str], int] = {}
+        placed: dict[tuple[str, str, str], MemoryRecord] = {}
         for scope, message in items:
             position = known.get(message.id, 0)
+            session = (scope.tenant, scope.user_id, scope.session_id)
+            before: MemoryRecord | None = None
             if not position and scope.session_id:
-                session = (scope.tenant, scope.user_id, scope.session_id)
-                position = await self._next_position(scope, handed.get(session, 0))
-                handed[session] = handed.get(session, 0) + 1
+                before = placed.get(session) or await self._last_turn(scope)
+                position = (before.position if before is not None else 0) + 1
             record = MemoryRecord(
                 id=message.id,
                 tier=Tier.LONG_TERM,
@@ -312,8 +360,10 @@ class LongTermTier(ArchivingVectorTier):
                 occurred_at=message.created_at,
                 position=position,
             )
+            if scope.session_id:
+                placed[session] = record
             user = (scope.tenant, scope.user_id)
-            by_user.setdefault(user, []).append(self._new_point(record, scope))
+            by_user.setdefault(user, []).append(self._new_point(record, scope, before))
         stored = 0
         for (tenant, user_id), points in by_user.items():
             stored += await self._copy(Scope(tenant=tenant, user_id=user_id), points)

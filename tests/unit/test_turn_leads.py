@@ -1,0 +1,135 @@
+"""A turn of a session is embedded after the turn before it (ADR 0400, the lead): a reply
+is understood with what it answers. Its keyword terms stay its own."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from clock import MovableClock
+from memoryd.app import App, build_app
+from memoryd.cli.reindex import reindex
+from memoryd.core.models import AddCommand, ExportQuery, Lookup, Scope, Tier
+from memoryd.settings import LongTermSettings, Settings
+from unit.unit_kit import GatedEmbedder
+
+USER = Scope(tenant="t1", user_id="ines")
+
+
+def _turn(session: str, speaker: str, text: str, user: Scope = USER) -> AddCommand:
+    scope = Scope(tenant=user.tenant, user_id=user.user_id, session_id=session)
+    return AddCommand(scope=scope, tier=Tier.LONG_TERM, content=text, metadata={"speaker": speaker})
+
+
+@pytest.fixture
+def embedder() -> GatedEmbedder:
+    return GatedEmbedder()  # its gate is open: it only records what it embeds
+
+
+@pytest.fixture
+async def app(tmp_path: Path, clock: MovableClock, embedder: GatedEmbedder) -> AsyncIterator[App]:
+    built = await build_app(Settings(data_dir=tmp_path / "data"), clock=clock, embedder=embedder)
+    yield built
+    await built.close()
+
+
+def _embedded(embedder: GatedEmbedder) -> list[str]:
+    return [text for call in embedder.calls for text in call]
+
+
+async def test_a_reply_is_embedded_after_the_turn_it_answers_and_only_once(
+    app: App, embedder: GatedEmbedder
+) -> None:
+    await app.engine.add(_turn("s1", "Ben", "Who is watching the kittens while you travel?"))
+    await app.engine.add(_turn("s1", "Ana", "My neighbour Ruth, a retired vet tech."))
+    await app.engine.add(_turn("s2", "Ana", "Back from the trip."))
+    await app.engine.add(AddCommand(scope=USER, tier=Tier.LONG_TERM, content="A plain note"))
+    assert _embedded(embedder) == [
+        "Ben: Who is watching the kittens while you travel?",
+        "Ben: Who is watching the kittens while you travel?\n"
+        "Ana: My neighbour Ruth, a retired vet tech.",
+        "Ana: Back from the trip.",  # another session: no lead
+        "A plain note",  # no session: no lead
+    ]
+
+
+async def test_the_lead_is_the_end_of_a_long_turn(
+    tmp_path: Path, clock: MovableClock, embedder: GatedEmbedder
+) -> None:
+    settings = Settings(data_dir=tmp_path / "d", long_term=LongTermSettings(lead_chars=10))
+    app = await build_app(settings, clock=clock, embedder=embedder)
+    try:
+        await app.engine.add(_turn("s1", "Ben", "A long story, and then: any plans?"))
+        await app.engine.add(_turn("s1", "Ana", "None."))
+    finally:
+        await app.close()
+    assert _embedded(embedder)[-1] == "Ben: any plans?\nAna: None."
+
+
+async def test_no_lead_when_switched_off(
+    tmp_path: Path, clock: MovableClock, embedder: GatedEmbedder
+) -> None:
+    settings = Settings(data_dir=tmp_path / "d", long_term=LongTermSettings(lead_chars=0))
+    app = await build_app(settings, clock=clock, embedder=embedder)
+    try:
+        await app.engine.add(_turn("s1", "Ben", "Any plans?"))
+        await app.engine.add(_turn("s1", "Ana", "None."))
+    finally:
+        await app.close()
+    assert _embedded(embedder) == ["Ben: Any plans?", "Ana: None."]
+
+
+async def test_turns_of_one_batch_lead_each_other_in_order(
+    app: App, embedder: GatedEmbedder
+) -> None:
+    await app.engine.add(_turn("s1", "Ben", "Hi."))
+    results = await app.engine.add_batch(
+        [_turn("s1", "Ana", "Hello."), _turn("s1", "Ben", "Plans?"), _turn("s1", "Ana", "None.")]
+    )
+    assert len(results) == 3
+    assert _embedded(embedder)[1:] == [
+        "Ben: Hi.\nAna: Hello.",
+        "Ana: Hello.\nBen: Plans?",
+        "Ben: Plans?\nAna: None.",
+    ]
+    assert len(embedder.calls) == 2  # the batch in one model call, none again under the lock
+
+
+async def test_a_deleted_turn_lends_nothing_to_the_next(app: App, embedder: GatedEmbedder) -> None:
+    first = await app.engine.add(_turn("s1", "Ben", "A secret I regret."))
+    await app.engine.delete(Lookup(scope=USER, tier=Tier.LONG_TERM, ids=[first.memory_id]))
+    second = await app.engine.add(_turn("s1", "Ana", "Noted."))
+    assert _embedded(embedder)[-1] == "Ana: Noted."
+    got = await app.engine.get(Lookup(scope=USER, tier=Tier.LONG_TERM, ids=[second.memory_id]))
+    assert got.items[0].position == 2  # the deleted turn keeps its place
+
+
+async def test_an_import_embeds_its_turns_after_their_leads_as_when_added(
+    app: App, embedder: GatedEmbedder
+) -> None:
+    for speaker, text in [("Ben", "Plans?"), ("Ana", "None.")]:
+        await app.engine.add(_turn("s1", speaker, text))
+    exported = [r async for r in app.engine.export_records(ExportQuery(scope=USER))]
+    added = _embedded(embedder)
+    embedder.calls.clear()
+    other = Scope(tenant="t1", user_id="other")
+    result = await app.engine.import_records(other, exported)
+    assert result.imported_count == 2
+    assert sorted(_embedded(embedder)) == sorted(added)
+
+
+async def test_a_reindex_embeds_each_turn_after_its_lead_again(
+    tmp_path: Path, clock: MovableClock, embedder: GatedEmbedder
+) -> None:
+    settings = Settings(data_dir=tmp_path / "d")
+    app = await build_app(settings, clock=clock, embedder=embedder)
+    try:
+        for speaker, text in [("Ben", "Plans?"), ("Ana", "None."), ("Ben", "Same.")]:
+            await app.engine.add(_turn("s1", speaker, text))
+    finally:
+        await app.close()
+    again = GatedEmbedder()
+    assert reindex(settings, again, lambda done, total: None) == 3
+    assert sorted(_embedded(again)) == sorted(_embedded(embedder))
