@@ -55,30 +55,31 @@ async def test_a_reply_is_embedded_after_the_turn_it_answers_and_only_once(
     ]
 
 
-async def test_the_lead_is_the_end_of_a_long_turn(
-    tmp_path: Path, clock: MovableClock, embedder: GatedEmbedder
-) -> None:
-    settings = Settings(data_dir=tmp_path / "d", long_term=LongTermSettings(lead_chars=10))
+async def _said_with(
+    lead_chars: int, turns: list[AddCommand], tmp_path: Path, clock: MovableClock
+) -> list[str]:
+    """What the model embedded for `turns`, added one by one with `lead_chars`."""
+    embedder = GatedEmbedder()
+    settings = Settings(data_dir=tmp_path / "d", long_term=LongTermSettings(lead_chars=lead_chars))
     app = await build_app(settings, clock=clock, embedder=embedder)
     try:
-        await app.engine.add(_turn("s1", "Ben", "A long story, and then: any plans?"))
-        await app.engine.add(_turn("s1", "Ana", "None."))
+        for turn in turns:
+            await app.engine.add(turn)
     finally:
         await app.close()
-    assert _embedded(embedder)[-1] == "Ben: any plans?\nAna: None."
+    return _embedded(embedder)
 
 
-async def test_no_lead_when_switched_off(
-    tmp_path: Path, clock: MovableClock, embedder: GatedEmbedder
-) -> None:
-    settings = Settings(data_dir=tmp_path / "d", long_term=LongTermSettings(lead_chars=0))
-    app = await build_app(settings, clock=clock, embedder=embedder)
-    try:
-        await app.engine.add(_turn("s1", "Ben", "Any plans?"))
-        await app.engine.add(_turn("s1", "Ana", "None."))
-    finally:
-        await app.close()
-    assert _embedded(embedder) == ["Ben: Any plans?", "Ana: None."]
+async def test_the_lead_is_the_end_of_a_long_turn(tmp_path: Path, clock: MovableClock) -> None:
+    turns = [_turn("s1", "Ben", "A long story, and then: any plans?"), _turn("s1", "Ana", "None.")]
+    said = await _said_with(10, turns, tmp_path, clock)
+    assert said[-1] == "Ben: any plans?\nAna: None."
+
+
+async def test_no_lead_when_switched_off(tmp_path: Path, clock: MovableClock) -> None:
+    turns = [_turn("s1", "Ben", "Any plans?"), _turn("s1", "Ana", "None.")]
+    said = await _said_with(0, turns, tmp_path, clock)
+    assert said == ["Ben: Any plans?", "Ana: None."]
 
 
 async def test_turns_of_one_batch_lead_each_other_in_order(
