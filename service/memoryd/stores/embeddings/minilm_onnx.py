@@ -54,15 +54,11 @@ Quantization = Literal["static", "dynamic"]
 # changes, so a cached graph of an older recipe is not reused.
 _RECIPES: dict[Quantization, str] = {
     "dynamic": "dynamic-int8-per-channel-v1",
-    "static": "static-int8-qdq-per-channel-minmax-ffoutliers6-floatresidual-v1",
+    "static": "static-int8-qdq-per-channel-minmax-floatresidual-v1",
 }
 _CALIBRATION = "calibration.txt"  # package data beside this module
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
 _CHUNK = 64  # texts per model run, sorted by length so padding stays short
-# A channel whose calibration maximum exceeds this many times its tensor's median channel
-# is an outlier: computed in float, out of the int8 product (`_split_outliers`).
-_OUTLIER_RATIO = 6.0
-_FEED_FORWARD = 1536  # the intermediate width: rows of the feed-forward output weights
 
 _log = logging.getLogger(__name__)
 
@@ -200,11 +196,10 @@ def _quantize_static(source: Path, workdir: Path, target: Path) -> None:
     Quantized: every MatMul with constant weights, inputs only; its output stays float
     (a fixed per-tensor scale on the projections' outputs, whose few outlier channels
     reach ~190, cost 0.05 of cosine to torch). Float: the attention products of two
-    activations, as in the dynamic recipe, the outlier channels of the feed-forward
-    output projections' inputs (``_split_outliers``) and the residual stream
-    (``_float_residuals``). Golden-set cosine to torch, mean / min: 0.9899 / 0.9814
-    with neither, 0.9931 / 0.9830 with float residuals, 0.9956 / 0.9909 with both (the
-    dynamic graph: 0.9921 / 0.9854), at the dynamic graph's speed.
+    activations, as in the dynamic recipe, and the residual stream
+    (``_float_residuals``). Golden-set cosine to torch, mean / min: 0.9931 / 0.9830
+    (the dynamic graph: 0.9921 / 0.9854; without float residuals 0.9899 / 0.9814), at
+    the dynamic graph's speed. Other variants tried are in ADR 0301.
     """
     import onnx
     from onnxruntime.quantization import (
@@ -216,18 +211,14 @@ def _quantize_static(source: Path, workdir: Path, target: Path) -> None:
     )
 
     folded = _fold(source, workdir)
-    model = onnx.load(str(folded))
-    feeds = _calibration_feeds()
-    float_nodes = _split_outliers(model, feeds)
-    constants = {i.name for i in model.graph.initializer}
-    float_nodes += [
+    graph = onnx.load(str(folded)).graph
+    constants = {i.name for i in graph.initializer}
+    float_nodes = [
         node.name
-        for node in model.graph.node
+        for node in graph.node
         if node.op_type == "MatMul" and not any(i in constants for i in node.input)
     ]
-    split = workdir / "split.onnx"
-    onnx.save(model, str(split))
-    remaining = iter(feeds)
+    remaining = iter(_calibration_feeds())
 
     class Corpus(CalibrationDataReader):  # type: ignore[misc]
         def get_next(self) -> dict[str, Any] | None:
@@ -235,7 +226,7 @@ def _quantize_static(source: Path, workdir: Path, target: Path) -> None:
 
     with _QuietQuantizer():
         quantize_static(
-            split,
+            folded,
             target,
             Corpus(),
             quant_format=QuantFormat.QDQ,
@@ -293,113 +284,6 @@ def _calibration_feeds() -> list[dict[str, Any]]:
             }
         )
     return feeds
-
-
-def _split_outliers(model: Any, feeds: list[dict[str, Any]]) -> list[str]:
-    """Take the outlier channels of the feed-forward output projections' inputs out of
-    their int8 products.
-
-    The GELU outputs of MiniLM's first layers have one or two channels whose calibration
-    maximum is 9-16x the tensor's median channel (24 against 1.5 in the first); a
-    per-tensor scale wide enough for them leaves the other channels a few int8 steps, and
-    a fixed (static) scale cannot adapt per text as a dynamic one does. So, for such an
-    input ``x`` of ``MatMul(x, W)``: ``MatMul(x * inlier_mask, W)`` runs int8 with a
-    tight range and ``MatMul(Gather(x, outliers), W[outliers])`` (a K of 1-2) runs float;
-    their sum is the product. Splitting the layer norms' outliers as well gained 0.0008 of
-    cosine for ~10 % of speed; keeping the first layer's feed-forward float instead of
-    splitting was 10 % slower and less close.
-
-    Rewrites ``model`` in place; returns the names of the float MatMuls it added.
-    """
-    import numpy as np
-    import onnx
-    import onnxruntime
-    from onnx import helper, numpy_helper
-
-    graph = model.graph
-    weights = {i.name: i for i in graph.initializer}
-    consumers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        if (
-            node.op_type == "MatMul"
-            and node.input[0] not in weights
-            and node.input[1] in weights
-            and weights[node.input[1]].dims[0] == _FEED_FORWARD
-        ):
-            consumers.setdefault(node.input[0], []).append(node)
-    # Per-channel maxima of those inputs over the corpus, from the float graph.
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    names = list(consumers)
-    for name in names:
-        probe.graph.output.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1  # the same sums in the same order on every run
-    session = onnxruntime.InferenceSession(
-        probe.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    peaks: dict[str, Any] = {}
-    for feed in feeds:
-        for name, value in zip(names, session.run(names, feed), strict=True):
-            peak = np.abs(value.reshape(-1, value.shape[-1])).max(axis=0)
-            peaks[name] = np.maximum(peaks[name], peak) if name in peaks else peak
-    after: dict[str, list[Any]] = {}  # node name or tensor -> nodes to insert after it
-    small: list[str] = []
-    for name, users in consumers.items():
-        peak = peaks[name]
-        outliers = np.flatnonzero(peak > _OUTLIER_RATIO * np.median(peak))
-        if outliers.size == 0:
-            continue
-        mask = np.ones(peak.shape, dtype=np.float32)
-        mask[outliers] = 0
-        graph.initializer.extend(
-            [
-                numpy_helper.from_array(mask, f"{name}.inlier_mask"),
-                numpy_helper.from_array(outliers.astype(np.int64), f"{name}.outlier_index"),
-            ]
-        )
-        after[name] = [
-            helper.make_node(
-                "Mul", [name, f"{name}.inlier_mask"], [f"{name}.inliers"], name=f"{name}.inliers"
-            ),
-            helper.make_node(
-                "Gather",
-                [name, f"{name}.outlier_index"],
-                [f"{name}.outliers"],
-                name=f"{name}.outliers",
-                axis=-1,
-            ),
-        ]
-        for node in users:
-            rows = numpy_helper.to_array(weights[node.input[1]])[outliers, :]
-            rows_name = f"{node.input[1]}.outlier_rows"
-            graph.initializer.append(numpy_helper.from_array(rows, rows_name))
-            product = node.output[0]
-            node.input[0] = f"{name}.inliers"
-            node.output[0] = f"{product}.inliers"
-            rest = helper.make_node(
-                "MatMul",
-                [f"{name}.outliers", rows_name],
-                [f"{product}.outliers"],
-                name=f"{node.name}.outliers",
-            )
-            small.append(rest.name)
-            rejoin = helper.make_node(
-                "Add",
-                [f"{product}.inliers", f"{product}.outliers"],
-                [product],
-                name=f"{node.name}.rejoin",
-            )
-            after[node.name] = [rest, rejoin]
-    ordered = []
-    for node in graph.node:  # keeps the topological order
-        ordered.append(node)
-        ordered += after.get(node.name, [])
-        for output in node.output:
-            ordered += after.get(output, [])
-    del graph.node[:]
-    graph.node.extend(ordered)
-    return small
 
 
 class MiniLMOnnxEmbedder:
