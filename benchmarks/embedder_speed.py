@@ -2,9 +2,10 @@
 
     PYTHONPATH=service .venv/bin/python benchmarks/embedder_speed.py --threads 1,2
 
-For each runtime (torch, ONNX float, ONNX int8) and intra-op thread count: texts per
-second when embedding 64 texts per call (as the batcher sends them) and the latency of one
-short query alone (p50/p99). Rounds interleave the configurations, so a change in the
+For each runtime (torch, ONNX float, ONNX static int8 ``onnx-int8s``, ONNX dynamic int8
+``onnx-int8``) and intra-op thread count: texts per second when embedding 64 texts per call
+(as the batcher sends them) and one text per call, and the latency of one short query
+alone (p50/p99). Rounds interleave the configurations, so a change in the
 machine's load hits all of them alike; the load average is printed with the results.
 """
 
@@ -23,13 +24,17 @@ from memoryd.stores.embeddings.port import Embedder
 def make(runtime: str, threads: int) -> Embedder:
     if runtime == "torch":
         return MiniLMEmbedder(threads=threads)
-    return MiniLMOnnxEmbedder(threads, quantized=runtime == "onnx-int8")
+    if runtime == "onnx-float":
+        return MiniLMOnnxEmbedder(threads, quantized=False)
+    return MiniLMOnnxEmbedder(
+        threads, quantization="static" if runtime == "onnx-int8s" else "dynamic"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--runtimes", default="onnx-int8,onnx-float,torch")
+    parser.add_argument("--runtimes", default="onnx-int8s,onnx-int8,onnx-float,torch")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     texts = [fact(50_000_000 + i) for i in range(256)]
@@ -44,6 +49,7 @@ def main() -> None:
     for embedder in embedders.values():
         embedder.warm()
     rates: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
+    alone: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
     singles: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
     print(f"load average before: {os.getloadavg()}")
     for r in range(args.rounds):
@@ -52,6 +58,10 @@ def main() -> None:
             for i in range(0, len(texts), 64):
                 embedder.embed(texts[i : i + 64])
             rates[config].append(len(texts) / (time.perf_counter() - started))
+            started = time.perf_counter()
+            for text in texts[:128]:
+                embedder.embed([text])
+            alone[config].append(128 / (time.perf_counter() - started))
             for q in range(30):
                 t0 = time.perf_counter()
                 embedder.embed([question(f"speed-{r}-{q}")])
@@ -59,13 +69,14 @@ def main() -> None:
     print(f"load average after:  {os.getloadavg()}")
     print(
         f"{'runtime':12s} {'threads':>7s} {'texts/s (median)':>17s} {'best':>7s} "
-        f"{'one p50 ms':>11s} {'one p99 ms':>11s}"
+        f"{'alone texts/s':>14s} {'one p50 ms':>11s} {'one p99 ms':>11s}"
     )
     for config in configs:
         ordered = sorted(singles[config])
         print(
             f"{config[0]:12s} {config[1]:7d} {statistics.median(rates[config]):17.1f} "
-            f"{max(rates[config]):7.1f} {ordered[len(ordered) // 2]:11.2f} "
+            f"{max(rates[config]):7.1f} {statistics.median(alone[config]):14.1f} "
+            f"{ordered[len(ordered) // 2]:11.2f} "
             f"{ordered[int(len(ordered) * 0.99)]:11.2f}"
         )
 

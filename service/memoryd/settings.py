@@ -81,6 +81,11 @@ class EmbedderSettings(BaseModel):
     onnx_quantized: bool = Field(
         True, description="minilm-onnx: int8 matrix products (false: float, slower)"
     )
+    onnx_quantization: Literal["static", "dynamic"] = Field(
+        "static",
+        description="minilm-onnx int8: static (activation scales fixed by a shipped "
+        "calibration corpus; texts batch) or dynamic (scaled per text; each runs alone)",
+    )
     model_cache_dir: Path | None = Field(
         None,
         description="minilm-onnx: where the derived int8 graph is kept (default <data_dir>/models)",

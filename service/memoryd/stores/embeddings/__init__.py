@@ -46,7 +46,12 @@ def _minilm_onnx(settings: Settings) -> Embedder:
     # Under the data directory by default: the one place a deployment keeps writable
     # (the image's root filesystem is read-only and its user has no home).
     cache_dir = cfg.model_cache_dir or settings.data_dir / "models"
-    return MiniLMOnnxEmbedder(cfg.threads, quantized=cfg.onnx_quantized, cache_dir=cache_dir)
+    return MiniLMOnnxEmbedder(
+        cfg.threads,
+        quantized=cfg.onnx_quantized,
+        quantization=cfg.onnx_quantization,
+        cache_dir=cache_dir,
+    )
 
 
 def _minilm(settings: Settings) -> Embedder:
