@@ -11,7 +11,7 @@ import pytest
 from clock import MovableClock
 from memoryd.app import App, build_app
 from memoryd.cli.reindex import reindex
-from memoryd.core.models import AddCommand, ExportQuery, Lookup, Scope, Tier
+from memoryd.core.models import AddCommand, ExportQuery, Kind, Lookup, Scope, Tier
 from memoryd.settings import LongTermSettings, Settings
 from unit.unit_kit import GatedEmbedder
 
@@ -52,6 +52,24 @@ async def test_a_reply_is_embedded_after_the_turn_it_answers_and_only_once(
         "Ana: My neighbour Ruth, a retired vet tech.",
         "Ana: Back from the trip.",  # another session: no lead
         "A plain note",  # no session: no lead
+    ]
+
+
+async def test_only_turns_lead_each_other_not_facts_of_a_session(
+    app: App, embedder: GatedEmbedder
+) -> None:
+    session = Scope(tenant=USER.tenant, user_id=USER.user_id, session_id="s1")
+    for fact in ("Ana likes tea", "Ana prefers green tea"):
+        await app.engine.add(
+            AddCommand(scope=session, tier=Tier.LONG_TERM, content=fact, kind=Kind.FACT)
+        )
+    await app.engine.add(_turn("s1", "Ben", "Tea or coffee?"))
+    await app.engine.add(_turn("s1", "Ana", "Tea."))
+    assert _embedded(embedder) == [
+        "Ana likes tea",
+        "Ana prefers green tea",  # a fact stands alone
+        "Ben: Tea or coffee?",  # a turn after a fact has no lead
+        "Ben: Tea or coffee?\nAna: Tea.",
     ]
 
 

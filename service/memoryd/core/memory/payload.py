@@ -131,6 +131,24 @@ CONTEXT_METADATA_KEYS = ("date", "session_date", "speaker", "author", "sender")
 LEAD_FIELD = "lead_id"
 
 
+def is_turn(kind: Kind, metadata: Mapping[str, Any]) -> bool:
+    """A turn of a conversation: a message, or a memory that names who said it. Only turns
+    lead each other; a fact or a note stands alone whatever was added before it."""
+    return kind is Kind.MESSAGE or any(metadata.get(k) for k in SPEAKER_KEYS)
+
+
+def lead_for(
+    kind: Kind, metadata: Mapping[str, Any], before: MemoryRecord | None, limit: int
+) -> str:
+    """The lead a memory (its `kind` and `metadata`) is embedded after: the turn `before`
+    it in its session, when both are turns and that one is not deleted; else none."""
+    if before is None or before.deleted or not is_turn(kind, metadata):
+        return ""
+    if not is_turn(before.kind, before.metadata):
+        return ""
+    return lead_of(before.content, before.metadata, limit)
+
+
 def lead_of(content: str, metadata: Mapping[str, Any], limit: int) -> str:
     """What a turn lends the embedding of the turn after it: its speaker and the last
     `limit` characters of its text (the end of a turn is what the reply answers)."""

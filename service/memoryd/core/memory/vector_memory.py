@@ -27,7 +27,7 @@ from memoryd.core.memory.payload import (
     content_of,
     embed_text_of,
     from_payload,
-    lead_of,
+    lead_for,
     to_payload,
     with_lead,
 )
@@ -296,18 +296,17 @@ class VectorMemory:
         """Re-embed and upsert the plan's new memories under `scope`'s user, keeping their
         times and payload (a soft-deleted one stays deleted). A turn whose previous turn
         comes in the same import is embedded after it, as when it was added."""
-        turns = {(r.session_id, r.position): r for r in plan.new if r.session_id and not r.deleted}
+        turns = {(r.session_id, r.position): r for r in plan.new if r.session_id}
         for start in range(0, len(plan.new), _IMPORT_BATCH):
             points: list[NewPoint] = []
             for record in plan.new[start : start + _IMPORT_BATCH]:
                 digest = content_hash(scope, record.tier, record.key, record.content)
                 payload = to_payload(record, scope, digest, compress_over_bytes)
                 payload["deleted"] = record.deleted
-                lead = ""
-                if before := turns.get((record.session_id, record.position - 1)):
-                    lead = lead_of(before.content, before.metadata, lead_chars)
-                    if lead:
-                        payload[LEAD_FIELD] = before.id
+                before = turns.get((record.session_id, record.position - 1))
+                lead = lead_for(record.kind, record.metadata, before, lead_chars)
+                if lead and before is not None:
+                    payload[LEAD_FIELD] = before.id
                 points.append(NewPoint(record, payload, embed_text_of(payload), lead=lead))
             await self.insert(points)
         return ImportResult(imported_count=len(plan.new), skipped_count=plan.skipped)

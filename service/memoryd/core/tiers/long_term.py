@@ -15,6 +15,8 @@ from memoryd.core.memory.payload import (
     content_hash,
     embed_text_for,
     embed_text_of,
+    is_turn,
+    lead_for,
     lead_of,
     to_payload,
     with_lead,
@@ -90,15 +92,10 @@ class LongTermTier(ArchivingVectorTier):
         its session (ADR 0400: a reply is understood with what it answers)."""
         digest = content_hash(scope, record.tier, record.key, record.content)
         payload = to_payload(record, scope, digest, self._settings.compress_over_bytes)
-        lead = self._lead(before)
+        lead = lead_for(record.kind, record.metadata, before, self._lead_chars)
         if lead and before is not None:
             payload[LEAD_FIELD] = before.id
         return NewPoint(record, payload, embed_text_of(payload), lead=lead)
-
-    def _lead(self, before: MemoryRecord | None) -> str:
-        if before is None or before.deleted:
-            return ""
-        return lead_of(before.content, before.metadata, self._lead_chars)
 
     def _room(self, scope: Scope) -> Room:
         """The user's long-term quota: live memories against their quota profile."""
@@ -179,12 +176,15 @@ class LongTermTier(ArchivingVectorTier):
         leads = []
         for cmd in cmds:
             scope = cmd.scope
-            if not scope.session_id:
+            if not scope.session_id or not is_turn(cmd.kind, cmd.metadata):
                 leads.append("")
+                if scope.session_id:  # the turn after it has no lead
+                    following[(scope.tenant, scope.user_id, scope.session_id)] = ""
                 continue
             key = (scope.tenant, scope.user_id, scope.session_id)
             if key not in following:
-                following[key] = self._lead(await self._last_turn(scope))
+                last = await self._last_turn(scope)
+                following[key] = lead_for(cmd.kind, cmd.metadata, last, self._lead_chars)
             leads.append(following[key])
             following[key] = lead_of(cmd.content, cmd.metadata, self._lead_chars)
         return leads
