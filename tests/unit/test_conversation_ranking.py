@@ -97,19 +97,31 @@ def test_with_a_context_window_hits_inside_a_taken_hits_window_are_skipped() -> 
     assert [m.id for m in spread(ranked, 3, window=3)] == ["a", "c", "e"]
 
 
+def _unit(*xs: float) -> np.ndarray[Any, np.dtype[np.float32]]:
+    v = np.asarray(xs, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
 def test_mmr_takes_the_best_then_whatever_adds_most_beside_what_it_took() -> None:
     from memoryd.core.memory.vector_memory import _Candidate, diversify
 
-    def unit(*xs: float) -> np.ndarray[Any, np.dtype[np.float32]]:
-        v = np.asarray(xs, dtype=np.float32)
-        return v / np.linalg.norm(v)
-
-    best = _Candidate("best", 1.0, unit(1, 0, 0))
-    repeat = _Candidate("repeat", 0.95, unit(1, 0.05, 0))  # near-repeat of "best"
-    other = _Candidate("other", 0.8, unit(0, 1, 0))
-    third = _Candidate("third", 0.7, unit(0, 0, 1))
+    best = _Candidate("best", 1.0, _unit(1, 0, 0))
+    repeat = _Candidate("repeat", 0.95, _unit(1, 0.05, 0))  # near-repeat of "best"
+    other = _Candidate("other", 0.8, _unit(0, 1, 0))
+    third = _Candidate("third", 0.7, _unit(0, 0, 1))
     pool = [best, repeat, other, third]
     assert diversify(pool, 3, penalty=0.3) == ["best", "other", "third"]
     assert diversify(pool, 4, penalty=0.3) == ["best", "other", "third", "repeat"]
     assert diversify(pool, 2, penalty=0.0) == ["best", "repeat"]  # no penalty: by score
     assert diversify([third], 5, penalty=0.3) == ["third"]
+
+
+def test_mmr_never_counts_a_turn_of_a_conversation_as_a_repeat_of_another() -> None:
+    from memoryd.core.memory.vector_memory import _Candidate, diversify
+
+    # Two turns on one topic (each said once, both needed), then a fact repeating the first.
+    said = _Candidate("said", 1.0, _unit(1, 0, 0), said=True)
+    reply = _Candidate("reply", 0.95, _unit(1, 0.05, 0), said=True)
+    fact = _Candidate("fact", 0.9, _unit(1, 0.02, 0))
+    other = _Candidate("other", 0.8, _unit(0, 1, 0))
+    assert diversify([said, reply, fact, other], 3, penalty=0.3) == ["said", "reply", "other"]

@@ -27,6 +27,7 @@ from memoryd.core.memory.payload import (
     content_of,
     embed_text_of,
     from_payload,
+    is_turn,
     lead_for,
     to_payload,
     with_lead,
@@ -453,7 +454,9 @@ class VectorMemory:
         if context_window > 0:
             chosen = conversation.spread(kept, top_k, context_window)
         else:
-            candidates = [_Candidate(m.id, m.rank, pool.vectors.get(m.id)) for m in kept]
+            candidates = [
+                _Candidate(m.id, m.rank, pool.vectors.get(m.id), pool.said(m.id)) for m in kept
+            ]
             chosen = [pool.members[i] for i in diversify(candidates, top_k, settings.diversity)]
         picked = [pool.record(m.id, min(1.0, scores[m.id])) for m in chosen]
         if context_window > 0:
@@ -611,6 +614,7 @@ class _Candidate:
     id: str
     score: float
     vector: DenseVector | None
+    said: bool = False  # a turn of a conversation (payload.is_turn)
 
 
 class _Pool:
@@ -671,6 +675,13 @@ class _Pool:
             self.terms[point_id] = terms
             added.append(member)
         return added
+
+    def said(self, point_id: str) -> bool:
+        """Whether the memory is a turn of a conversation (payload.is_turn)."""
+        payload = self.payloads[point_id]
+        return is_turn(
+            Kind(payload.get("kind") or Kind.UNSPECIFIED.value), payload.get("metadata") or {}
+        )
 
     def record(self, point_id: str, score: float) -> MemoryRecord:
         return from_payload(point_id, self.payloads[point_id], score)
@@ -739,11 +750,16 @@ def diversify(candidates: Sequence[_Candidate], top_k: int, penalty: float) -> l
     scores = np.asarray([c.score for c in candidates], dtype=np.float64)
     closest = np.zeros(len(candidates), dtype=np.float64)  # nothing taken: no redundancy
     open_ = np.ones(len(candidates), dtype=bool)
+    said = np.asarray([c.said for c in candidates], dtype=bool)
     taken: list[int] = []
     while len(taken) < min(top_k, len(candidates)):
         # The first best on ties, as max() over the candidates in order would take.
         best = int(np.argmax(np.where(open_, scores - penalty * closest, -np.inf)))
         row = _dots(matrix, matrix[best])
+        if candidates[best].said:
+            # Turns of a conversation are not repeats of each other: each was said once, and
+            # a question often needs several turns on one topic (ADR 0400).
+            row[said] = 0.0
         closest = row if not taken else np.maximum(closest, row)
         taken.append(best)
         open_[best] = False
