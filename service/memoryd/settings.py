@@ -159,7 +159,7 @@ class RetrievalSettings(BaseModel):
         "score in their convex fusion over the candidate pool (ADR 0400)",
     )
     adjacency_weight: float = Field(
-        0.2,
+        0.1,
         ge=0,
         le=1,
         description="Ranking: share of the best neighbouring turn's score (same session, "
