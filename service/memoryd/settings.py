@@ -88,7 +88,8 @@ class EmbedderSettings(BaseModel):
     )
     model_cache_dir: Path | None = Field(
         None,
-        description="minilm-onnx: where the derived int8 graph is kept (default <data_dir>/models)",
+        description="minilm-onnx: where the derived int8 graph is kept (default <data_dir>/models, "
+        "after looking in the user's cache that `memoryd prepare-embedder` fills)",
     )
     batch_max_size: int = Field(
         64, ge=1, le=2048, description="Most texts of concurrent requests embedded in one call"

@@ -155,3 +155,16 @@ def test_the_int8_graph_is_derived_once_and_again_when_damaged(tmp_path: Path) -
     assert prepare_quantized(cache, quantization="dynamic") == first
     assert first.read_bytes() == original  # derivation is deterministic
     assert sorted(p.name for p in cache.iterdir()) == [first.name, checksum.name]
+
+
+def test_a_graph_in_a_shared_cache_is_used_where_it_is(tmp_path: Path) -> None:
+    # `memoryd prepare-embedder` fills the user's cache; a fresh data directory reads it.
+    shared = tmp_path / "user-cache"
+    made = prepare_quantized(shared, quantization="dynamic")
+    data_models = tmp_path / "data" / "models"
+    assert prepare_quantized(data_models, quantization="dynamic", shared=[shared]) == made
+    assert not data_models.exists()  # nothing derived, nothing copied
+
+    made.write_bytes(made.read_bytes()[:100])  # a damaged shared graph is not used
+    own = prepare_quantized(data_models, quantization="dynamic", shared=[shared])
+    assert own.parent == data_models and own.name == made.name

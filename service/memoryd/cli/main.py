@@ -45,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     progress.add_option(reindexing)
     commands.add_parser(
         "prepare-embedder",
-        help="load the configured embedder once (derives the int8 ONNX graph; run at install)",
+        help="load the configured embedder once (derives the int8 ONNX graph into the user's "
+        "cache, where every data directory finds it; run at install)",
     )
     backing_up = commands.add_parser(
         "backup",
@@ -132,6 +133,18 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _shared_model_cache(settings: Settings) -> Settings:
+    """Settings whose derived embedder graph goes to the user's cache when no cache
+    directory is set: every data directory of this user then reads it from there."""
+    cfg = settings.embedder
+    if cfg.provider != "minilm-onnx" or cfg.model_cache_dir is not None:
+        return settings
+    from memoryd.stores.embeddings.minilm_onnx import default_cache_dir
+
+    embedder = cfg.model_copy(update={"model_cache_dir": default_cache_dir()})
+    return settings.model_copy(update={"embedder": embedder})
+
+
 def _reindex(settings: Settings, args: argparse.Namespace) -> int:
     try:
         with Progress("reindex", "memories", enabled=not args.no_progress) as bar:
@@ -201,7 +214,7 @@ def _main(argv: list[str] | None) -> int:
         elif args.command == "reindex":
             return _reindex(settings, args)
         elif args.command == "prepare-embedder":
-            embedder = build_embedder(settings)
+            embedder = build_embedder(_shared_model_cache(settings))
             embedder.warm()
             print(f"embedder ready: {embedder.name} ({settings.embedder.provider})")
         elif args.command == "backup":

@@ -40,17 +40,21 @@ EmbedderFactory: TypeAlias = "Callable[[Settings], Embedder]"
 
 
 def _minilm_onnx(settings: Settings) -> Embedder:
-    from memoryd.stores.embeddings.minilm_onnx import MiniLMOnnxEmbedder
+    from memoryd.stores.embeddings.minilm_onnx import MiniLMOnnxEmbedder, default_cache_dir
 
     cfg = settings.embedder
     # Under the data directory by default: the one place a deployment keeps writable
     # (the image's root filesystem is read-only and its user has no home).
     cache_dir = cfg.model_cache_dir or settings.data_dir / "models"
+    # A graph `memoryd prepare-embedder` left in the user's cache serves every data
+    # directory of that user (tests, evals, local runs) without deriving it again.
+    shared = () if cfg.model_cache_dir else (default_cache_dir(),)
     return MiniLMOnnxEmbedder(
         cfg.threads,
         quantized=cfg.onnx_quantized,
         quantization=cfg.onnx_quantization,
         cache_dir=cache_dir,
+        shared_cache_dirs=shared,
     )
 
 

@@ -113,8 +113,11 @@ def prepare_quantized(
     cache_dir: Path | None = None,
     source: Path | None = None,
     quantization: Quantization = "static",
+    shared: Sequence[Path] = (),
 ) -> Path:
     """The int8-compute graph derived from the verified packaged model, made if missing.
+    A valid graph already in `cache_dir`, or else in one of the `shared` folders (read
+    only: e.g. the user's cache that `memoryd prepare-embedder` fills), is used as it is.
 
     Deterministic and local: the same source, recipe (with, for ``static``, the
     calibration corpus) and onnxruntime give the same file on the same machine. Written
@@ -131,12 +134,10 @@ def prepare_quantized(
     key = hashlib.sha256(recipe.encode()).hexdigest()[:16]
     stem = "minilm-l6-int8s" if quantization == "static" else "minilm-l6-int8"
     target = folder / f"{stem}-{key}.onnx"
-    # The graph's own sha256 beside it: a damaged or altered file is derived again.
+    for candidate in (target, *(d / target.name for d in shared)):
+        if _checked(candidate):
+            return candidate
     checksum = target.with_suffix(".sha256")
-    if target.is_file() and checksum.is_file():
-        if _sha256(target) == checksum.read_text().strip():
-            return target
-        _log.warning("%s does not match its checksum; deriving it again", target)
     folder.mkdir(parents=True, exist_ok=True)
     _log.info("deriving the int8 MiniLM graph into %s (once)", target)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".derive-") as tmp:
@@ -150,6 +151,18 @@ def prepare_quantized(
         os.replace(staged, target)
         os.replace(staged_sum, checksum)
     return target
+
+
+def _checked(graph: Path) -> bool:
+    """Whether `graph` is there and matches the sha256 kept beside it (a damaged or
+    altered file is derived again)."""
+    checksum = graph.with_suffix(".sha256")
+    if not (graph.is_file() and checksum.is_file()):
+        return False
+    if _sha256(graph) == checksum.read_text().strip():
+        return True
+    _log.warning("%s does not match its checksum; not using it", graph)
+    return False
 
 
 def _fold(source: Path, workdir: Path) -> Path:
@@ -304,6 +317,7 @@ class MiniLMOnnxEmbedder:
         quantized: bool = True,
         quantization: Quantization = "static",
         cache_dir: Path | None = None,
+        shared_cache_dirs: Sequence[Path] = (),
         model_path: Path | None = None,
         tokenizer_path: Path | None = None,
     ) -> None:
@@ -315,6 +329,7 @@ class MiniLMOnnxEmbedder:
         self._quantized = quantized
         self._quantization: Quantization = quantization
         self._cache_dir = cache_dir
+        self._shared = tuple(shared_cache_dirs)
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
         self._lock = threading.Lock()
@@ -392,7 +407,9 @@ class MiniLMOnnxEmbedder:
         from tokenizers import Tokenizer
 
         if self._quantized:
-            path = prepare_quantized(self._cache_dir, self._model_path, self._quantization)
+            path = prepare_quantized(
+                self._cache_dir, self._model_path, self._quantization, self._shared
+            )
         else:
             path = verified_source(self._model_path)
         options = onnxruntime.SessionOptions()
