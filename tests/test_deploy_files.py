@@ -364,6 +364,11 @@ def test_the_install_script_installs_memoryd_with_cpu_torch_and_the_model(
     assert re.search(r"torch 2\.13\.0\S* \(CPU\)", installed.output)
     assert "model.safetensors" in installed.output
     assert "offline embedding: 384 dimensions" in installed.output
+    # The embedder's derived graph is in the image, read where the image's env points.
+    assert "offline ONNX int8 embedding: 384 dimensions (prepared graph)" in installed.output
+    assert list((installed.venv / "cache" / "memoryd" / "models").glob("minilm-l6-int8s-*.onnx"))
+    env = dict(e.split("=", 1) for e in stages()[-1].values("ENV")[0].split() if "=" in e)
+    assert env["XDG_CACHE_HOME"] == "/opt/memoryd/cache"
     assert "No broken requirements found." in installed.output
     where = subprocess.run(
         [str(installed.venv / "bin" / "python"), "-c", "import memoryd; print(memoryd.__file__)"],
