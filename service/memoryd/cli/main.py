@@ -23,6 +23,7 @@ from memoryd.cli.reindex import ReindexRefused, reindex
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.settings import Settings, load_settings
 from memoryd.stores.backup.port import BackupStore, BackupStoreError
+from memoryd.stores.embeddings import for_preparing
 from memoryd.transport.identity import check_exposure
 from memoryd.transport.logs import configure_logging
 from memoryd.transport.server import serve
@@ -133,18 +134,6 @@ async def _restore(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _shared_model_cache(settings: Settings) -> Settings:
-    """Settings whose derived embedder graph goes to the user's cache when no cache
-    directory is set: every data directory of this user then reads it from there."""
-    cfg = settings.embedder
-    if cfg.provider != "minilm-onnx" or cfg.model_cache_dir is not None:
-        return settings
-    from memoryd.stores.embeddings.minilm_onnx import default_cache_dir
-
-    embedder = cfg.model_copy(update={"model_cache_dir": default_cache_dir()})
-    return settings.model_copy(update={"embedder": embedder})
-
-
 def _reindex(settings: Settings, args: argparse.Namespace) -> int:
     try:
         with Progress("reindex", "memories", enabled=not args.no_progress) as bar:
@@ -214,7 +203,7 @@ def _main(argv: list[str] | None) -> int:
         elif args.command == "reindex":
             return _reindex(settings, args)
         elif args.command == "prepare-embedder":
-            embedder = build_embedder(_shared_model_cache(settings))
+            embedder = build_embedder(for_preparing(settings))
             embedder.warm()
             print(f"embedder ready: {embedder.name} ({settings.embedder.provider})")
         elif args.command == "backup":

@@ -13,7 +13,13 @@ import shutil
 import time
 from collections.abc import Callable
 
-from memoryd.core.memory.payload import LEAD_FIELD, content_of, embed_text_of, lead_of, with_lead
+from memoryd.core.memory.payload import (
+    LEAD_FIELD,
+    embed_text_of,
+    from_payload,
+    lead_for,
+    with_lead,
+)
 from memoryd.core.retrieval import bm25
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.port import Embedder
@@ -34,18 +40,18 @@ def _after_leads(
     source: VectorStore, points: list[StoredPoint], texts: list[str], lead_chars: int
 ) -> list[str]:
     """Each text after its lead, the turn before it that its payload names, as it was
-    embedded when added (ADR 0400); a lead deleted since is left out."""
-    lead_ids = [str(p.payload.get(LEAD_FIELD) or "") for p in points]
-    wanted = sorted({i for i in lead_ids if i}) if lead_chars > 0 else []
-    before = {canonical_id(q.id): q.payload for q in source.retrieve(wanted)} if wanted else {}
+    embedded when added (ADR 0400; `lead_for` leaves out a lead deleted since)."""
+    lead_ids = [p.payload.get(LEAD_FIELD) for p in points]
+    wanted = sorted({canonical_id(i) for i in lead_ids if i}) if lead_chars > 0 else []
+    found = source.retrieve(wanted) if wanted else []
+    before = {canonical_id(q.id): from_payload(q.id, q.payload) for q in found}
     out = []
-    for text, lead_id in zip(texts, lead_ids, strict=True):
-        payload = before.get(canonical_id(lead_id)) if lead_id in wanted else None
-        if payload is None or payload.get("deleted"):
-            out.append(text)
-        else:
-            lead = lead_of(content_of(payload), payload.get("metadata") or {}, lead_chars)
-            out.append(with_lead(lead, text))
+    for point, lead_id, text in zip(points, lead_ids, texts, strict=True):
+        turn = before.get(canonical_id(lead_id)) if lead_id else None
+        if turn is not None:
+            record = from_payload(point.id, point.payload)
+            text = with_lead(lead_for(record.kind, record.metadata, turn, lead_chars), text)
+        out.append(text)
     return out
 
 

@@ -149,6 +149,16 @@ def lead_for(
     return lead_of(before.content, before.metadata, limit)
 
 
+def attach_lead(
+    payload: dict[str, Any], record: MemoryRecord, before: MemoryRecord | None, limit: int
+) -> str:
+    """`lead_for` the record, whose id is then kept in its `payload` (`LEAD_FIELD`)."""
+    lead = lead_for(record.kind, record.metadata, before, limit)
+    if lead and before is not None:
+        payload[LEAD_FIELD] = before.id
+    return lead
+
+
 def lead_of(content: str, metadata: Mapping[str, Any], limit: int) -> str:
     """What a turn lends the embedding of the turn after it: its speaker and the last
     `limit` characters of its text (the end of a turn is what the reply answers)."""

@@ -22,13 +22,12 @@ from memoryd.core.errors import FieldViolation, StoreUnavailable
 from memoryd.core.memory import term_counts
 from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.payload import (
-    LEAD_FIELD,
+    attach_lead,
     content_hash,
     content_of,
     embed_text_of,
     from_payload,
     is_turn,
-    lead_for,
     to_payload,
     with_lead,
 )
@@ -305,9 +304,7 @@ class VectorMemory:
                 payload = to_payload(record, scope, digest, compress_over_bytes)
                 payload["deleted"] = record.deleted
                 before = turns.get((record.session_id, record.position - 1))
-                lead = lead_for(record.kind, record.metadata, before, lead_chars)
-                if lead and before is not None:
-                    payload[LEAD_FIELD] = before.id
+                lead = attach_lead(payload, record, before, lead_chars)
                 points.append(NewPoint(record, payload, embed_text_of(payload), lead=lead))
             await self.insert(points)
         return ImportResult(imported_count=len(plan.new), skipped_count=plan.skipped)
@@ -454,9 +451,7 @@ class VectorMemory:
         if context_window > 0:
             chosen = conversation.spread(kept, top_k, context_window)
         else:
-            candidates = [
-                _Candidate(m.id, m.rank, pool.vectors.get(m.id), pool.said(m.id)) for m in kept
-            ]
+            candidates = [_Candidate(m.id, m.rank, pool.vectors.get(m.id), m.said) for m in kept]
             chosen = [pool.members[i] for i in diversify(candidates, top_k, settings.diversity)]
         picked = [pool.record(m.id, min(1.0, scores[m.id])) for m in chosen]
         if context_window > 0:
@@ -667,6 +662,7 @@ class _Pool:
                 position=int(payload.get("position") or 0),
                 occurred_at=float(payload.get("occurred_at") or payload.get("created_at") or 0.0),
                 asks=content_of(payload).rstrip().endswith("?"),
+                said=is_turn(Kind(payload.get("kind") or Kind.UNSPECIFIED.value), metadata),
             )
             self.members[point_id] = member
             self.payloads[point_id] = payload
@@ -675,13 +671,6 @@ class _Pool:
             self.terms[point_id] = terms
             added.append(member)
         return added
-
-    def said(self, point_id: str) -> bool:
-        """Whether the memory is a turn of a conversation (payload.is_turn)."""
-        payload = self.payloads[point_id]
-        return is_turn(
-            Kind(payload.get("kind") or Kind.UNSPECIFIED.value), payload.get("metadata") or {}
-        )
 
     def record(self, point_id: str, score: float) -> MemoryRecord:
         return from_payload(point_id, self.payloads[point_id], score)

@@ -40,6 +40,7 @@ class Scored:
     base: float = 0.0  # fused score with the speaker and time lifts
     rank: float = 0.0  # base lifted by its conversation: what the pool is ordered by
     asks: bool = False  # the text is a question
+    said: bool = False  # a turn of a conversation (payload.is_turn)
 
     @property
     def turn(self) -> tuple[str, int] | None:

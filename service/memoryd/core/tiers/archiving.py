@@ -75,13 +75,14 @@ class ArchivingVectorTier:
         archive: ColdArchive | None,
         compress_over_bytes: int,
         counters: UsageCounters,
+        lead_chars: int = 0,
     ) -> None:
         self._memory = memory
         self._clock = clock
         self._archive = archive
         self._compress_over_bytes = compress_over_bytes
-        # Characters of the previous turn a session's turn is embedded with (long-term's).
-        self._lead_chars = 0
+        # Characters of the previous turn a session's turn is embedded with (ADR 0400).
+        self._lead_chars = lead_chars
         self._locks = KeyedLocks()
         # Quota checks (and Usage) read the usage counters: O(1), atomic across replicas.
         self._ledger = Ledger(

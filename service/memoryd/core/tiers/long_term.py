@@ -11,7 +11,7 @@ from memoryd.core.errors import FieldViolation, MemorydError, QuotaExceeded
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.quotas import QuotaProfiles, quota_full, quota_percent
 from memoryd.core.memory.payload import (
-    LEAD_FIELD,
+    attach_lead,
     content_hash,
     embed_text_for,
     embed_text_of,
@@ -71,12 +71,13 @@ class LongTermTier(ArchivingVectorTier):
         foreign_kinds: frozenset[Kind],
         counters: UsageCounters,
     ) -> None:
-        super().__init__(memory, clock, archive, settings.compress_over_bytes, counters)
+        super().__init__(
+            memory, clock, archive, settings.compress_over_bytes, counters, settings.lead_chars
+        )
         # Kinds that belong to other tiers (the registry knows which).
         self._foreign_kinds = foreign_kinds
         self._max_content_bytes = max_content_bytes
         self._settings = settings
-        self._lead_chars = settings.lead_chars
         self._quotas = quotas or QuotaProfiles(QuotaSettings(), settings)
 
     def check_add(self, cmd: AddCommand, v: Violations) -> None:
@@ -92,9 +93,7 @@ class LongTermTier(ArchivingVectorTier):
         its session (ADR 0400: a reply is understood with what it answers)."""
         digest = content_hash(scope, record.tier, record.key, record.content)
         payload = to_payload(record, scope, digest, self._settings.compress_over_bytes)
-        lead = lead_for(record.kind, record.metadata, before, self._lead_chars)
-        if lead and before is not None:
-            payload[LEAD_FIELD] = before.id
+        lead = attach_lead(payload, record, before, self._lead_chars)
         return NewPoint(record, payload, embed_text_of(payload), lead=lead)
 
     def _room(self, scope: Scope) -> Room:

@@ -33,6 +33,7 @@ __all__ = [
     "MiniLMOnnxEmbedder",
     "OpenAIEmbedder",
     "adapter_name",
+    "for_preparing",
 ]
 
 # The uncached embedder; the composition root wraps it in `CachedEmbedder`.
@@ -56,6 +57,19 @@ def _minilm_onnx(settings: Settings) -> Embedder:
         cache_dir=cache_dir,
         shared_cache_dirs=shared,
     )
+
+
+def for_preparing(settings: Settings) -> Settings:
+    """The settings `memoryd prepare-embedder` builds the embedder with: the ONNX graph is
+    derived into the user's cache, the shared place `_minilm_onnx` looks in, unless a
+    cache directory is set (then the only place looked in)."""
+    cfg = settings.embedder
+    if cfg.provider != "minilm-onnx" or cfg.model_cache_dir is not None:
+        return settings
+    from memoryd.stores.embeddings.minilm_onnx import default_cache_dir
+
+    embedder = cfg.model_copy(update={"model_cache_dir": default_cache_dir()})
+    return settings.model_copy(update={"embedder": embedder})
 
 
 def _minilm(settings: Settings) -> Embedder:

@@ -280,7 +280,9 @@ def _float_residuals(model: Any) -> None:
 
 
 def _calibration_feeds() -> list[dict[str, Any]]:
-    """The model's inputs for each calibration text, alone (no padding)."""
+    """The model's inputs for each calibration text, alone. The tokenizer file pads it to
+    128 tokens and the mask here covers the padding too, so the ranges also see [PAD]
+    positions (kept: changing it changes the graph; see the session-7 note)."""
     import numpy as np
     from tokenizers import Tokenizer
 
