@@ -21,3 +21,15 @@ def test_a_timestamp_keeps_its_nanoseconds_to_the_nearest() -> None:
     ts = timestamp_of(1_700_000_000.25)
     assert (ts.seconds, ts.nanos) == (1_700_000_000, 250_000_000)
     assert seconds_of(ts, "t") == 1_700_000_000.25
+
+
+def test_a_timestamp_rounds_exactly_once_half_to_even() -> None:
+    from fractions import Fraction
+
+    rng = random.Random(11)
+    # 2**-10 s is 976,562.5 ns exactly: the ties go to the even neighbour.
+    halves = [2**-10, 3 * 2**-10, -(2**-10), -3 * 2**-10, 1_700_000_000 + 2**-10]
+    samples = [rng.uniform(-1e9, 4e9) for _ in range(5_000)] + halves + [0.0, -1e-10, 1e-10]
+    for instant in samples:
+        expected = round(Fraction(instant) * 1_000_000_000)
+        assert timestamp_of(instant).ToNanoseconds() == expected, instant

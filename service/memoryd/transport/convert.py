@@ -132,13 +132,26 @@ def seconds_of(ts: Timestamp, field: str) -> float:
 
 
 def timestamp_of(seconds: float) -> Timestamp:
-    """Epoch seconds as a Timestamp. Times are kept as floats, which round: the last
-    representable instant comes back a little past it, so it is clamped into the range
-    (as is anything stored before out-of-range times were refused)."""
+    """Epoch seconds as a Timestamp (see `_set_time`)."""
     ts = Timestamp()
-    nanos = round(Fraction(seconds) * 1_000_000_000) if math.isfinite(seconds) else 0
-    ts.FromNanoseconds(min(max(nanos, _MIN_NANOS), _MAX_NANOS))
+    _set_time(ts, seconds)
     return ts
+
+
+def _set_time(ts: Timestamp, seconds: float) -> None:
+    """Set `ts` to epoch seconds, rounded exactly once to the nanosecond (half to even,
+    as `round` does). Times are kept as floats, which round: the last representable
+    instant comes back a little past it, so it is clamped into the range (as is anything
+    stored before out-of-range times were refused)."""
+    nanos = 0
+    if math.isfinite(seconds):
+        # A float is n / 2**k exactly: integer arithmetic, no Fraction (a Retrieve sets
+        # three or four times per item and this was a tenth of its conversion).
+        numerator, denominator = seconds.as_integer_ratio()
+        nanos, rest = divmod(numerator * 1_000_000_000, denominator)
+        if 2 * rest > denominator or (2 * rest == denominator and nanos % 2):
+            nanos += 1
+    ts.FromNanoseconds(min(max(nanos, _MIN_NANOS), _MAX_NANOS))
 
 
 def scope_from_proto(scope: pb.Scope, principal: Principal) -> Scope:
@@ -279,13 +292,13 @@ def memory_item(record: MemoryRecord) -> pb.MemoryItem:
     if record.relation is not None:
         item.relation.CopyFrom(relation_to_proto(record.relation))
     if record.created_at:
-        item.created_at.CopyFrom(timestamp_of(record.created_at))
+        _set_time(item.created_at, record.created_at)
     if record.updated_at:
-        item.updated_at.CopyFrom(timestamp_of(record.updated_at))
+        _set_time(item.updated_at, record.updated_at)
     if record.expires_at is not None:
-        item.expires_at.CopyFrom(timestamp_of(record.expires_at))
+        _set_time(item.expires_at, record.expires_at)
     if record.occurred_at:
-        item.occurred_at.CopyFrom(timestamp_of(record.occurred_at))
+        _set_time(item.occurred_at, record.occurred_at)
     return item
 
 
