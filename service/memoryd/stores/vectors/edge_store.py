@@ -8,9 +8,12 @@ Layout under ``path``: ``<collection>/`` is the edge shard (segments + WAL) and
 * No HNSW is ever built: `EdgeShard.optimize()` holds the GIL for minutes at scale, and a
   filtered brute-force scan over the tenant/user keyword index is fast enough. Payload
   indexes need no build step; they are maintained on write.
-* Thread safety: the shard is internally synchronised and releases the GIL while
-  searching, so reads run unlocked; writes go through one lock so that `delete_where`'s
-  count and delete see the same data.
+* Thread safety: the shard is internally synchronised, so reads run unlocked; writes go
+  through one lock so that `delete_where`'s count and delete see the same data. The
+  engine keeps the GIL while it searches (qdrant-edge-py 0.9, measured: a Python loop
+  beside a thread of searches runs at half its speed on 2 idle cores), so a search in a
+  worker thread keeps the event loop free of its latency but not of its CPU: searches
+  and all Python work of the process take turns (benchmarks/RESULTS.md, session 8).
 * The shard is this process's alone (the engine locks it), so every write passes through
   here: `generation` moves with each of them (per user: with each write that touches the
   user's points), and what the core derives from the points (the per-user term counts)
