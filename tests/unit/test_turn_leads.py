@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,6 +124,46 @@ async def test_a_deleted_turn_lends_nothing_to_the_next(app: App, embedder: Gate
     assert _embedded(embedder)[-1] == "Ana: Noted."
     got = await app.engine.get(Lookup(scope=USER, tier=Tier.LONG_TERM, ids=[second.memory_id]))
     assert got.items[0].position == 2  # the deleted turn keeps its place
+
+
+async def test_the_next_turn_of_a_conversation_finds_its_place_without_a_store_read(
+    app: App, embedder: GatedEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[object] = []
+    scroll = app.vectors.scroll
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(args[0] if args else kwargs.get("filter"))
+        return scroll(*args, **kwargs)
+
+    monkeypatch.setattr(app.vectors, "scroll", counted)
+    await app.engine.add(_turn("s1", "Ben", "Who feeds the cat?"))
+    first_reads = len(reads)
+    second = await app.engine.add(_turn("s1", "Ana", "Ruth does."))
+    third = await app.engine.add(_turn("s1", "Ben", "Since when?"))
+    # The session's last turn was placed by this server and nothing changed since: only
+    # the de-duplication lookup reads the store for each later Add.
+    assert len(reads) - first_reads == 2
+    got = await app.engine.get(
+        Lookup(scope=USER, tier=Tier.LONG_TERM, ids=[second.memory_id, third.memory_id])
+    )
+    assert sorted(i.position for i in got.items) == [2, 3]
+    assert _embedded(embedder)[-1] == "Ana: Ruth does.\nBen: Since when?"
+
+
+async def test_a_message_copied_into_the_session_meanwhile_is_the_next_turns_predecessor(
+    app: App, embedder: GatedEmbedder
+) -> None:
+    await app.engine.add(_turn("s1", "Ben", "Who feeds the cat?"))
+    session = Scope(tenant=USER.tenant, user_id=USER.user_id, session_id="s1")
+    await app.engine.add(
+        AddCommand(scope=session, tier=Tier.SHORT_TERM, content="Ruth does.", kind=Kind.MESSAGE)
+    )
+    await app.copier.drain()  # its durable copy lands in long-term memory, after the first
+    third = await app.engine.add(_turn("s1", "Ben", "Since when?"))
+    got = await app.engine.get(Lookup(scope=USER, tier=Tier.LONG_TERM, ids=[third.memory_id]))
+    assert got.items[0].position == 3
+    assert _embedded(embedder)[-1].endswith("Ruth does.\nBen: Since when?")
 
 
 async def test_an_import_embeds_its_turns_after_their_leads_as_when_added(

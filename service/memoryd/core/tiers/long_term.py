@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
@@ -46,11 +47,55 @@ from memoryd.core.tiers.archiving import ArchivingVectorTier, Room
 from memoryd.core.validation import Violations
 from memoryd.settings import LongTermSettings, QuotaSettings
 from memoryd.stores.usage.port import UsageCounters
-from memoryd.stores.vectors.port import Filter, HasId, MatchAny, MatchValue, canonical_id
+from memoryd.stores.vectors.port import (
+    Filter,
+    HasId,
+    MatchAny,
+    MatchValue,
+    VectorStore,
+    canonical_id,
+)
 
 log = logging.getLogger(__name__)
 # A user at the limit who keeps talking would log this for every message.
 _copies_log = EveryFewSeconds(log, interval_s=60.0)
+
+
+class _LastTurns:
+    """The last memory this tier placed in each session, kept while its user's points
+    have not changed since (the store's generation), so that the next turn of a
+    conversation finds its place and its lead without a store read. Kept only when the
+    generation moved by the placing write alone; with a store shared by other writers
+    (no generation) nothing is kept. Bounded: the oldest sessions are forgotten."""
+
+    def __init__(self, store: VectorStore, entries: int = 4096) -> None:
+        self._store = store
+        self._entries = entries
+        self._kept: OrderedDict[tuple[str, str, str], tuple[int, MemoryRecord]] = OrderedDict()
+
+    def generation(self, scope: Scope) -> int | None:
+        return self._store.generation(scope.tenant, scope.user_id)
+
+    def get(self, scope: Scope) -> MemoryRecord | None:
+        key = (scope.tenant, scope.user_id, scope.session_id)
+        kept = self._kept.get(key)
+        if kept is None or kept[0] != self.generation(scope):
+            return None
+        return kept[1]
+
+    def placed(self, scope: Scope, before: int | None, records: Sequence[MemoryRecord]) -> None:
+        """`records` were just written, in order, by one store write; `before` is the
+        user's generation read before it."""
+        now = self.generation(scope)
+        if before is None or now != before + 1:
+            return  # another write landed meanwhile: the store says what is last
+        for record in records:
+            if record.session_id:
+                key = (scope.tenant, scope.user_id, record.session_id)
+                self._kept[key] = (now, record)
+                self._kept.move_to_end(key)
+        while len(self._kept) > self._entries:
+            self._kept.popitem(last=False)
 
 
 class LongTermTier(ArchivingVectorTier):
@@ -79,6 +124,7 @@ class LongTermTier(ArchivingVectorTier):
         self._max_content_bytes = max_content_bytes
         self._settings = settings
         self._quotas = quotas or QuotaProfiles(QuotaSettings(), settings)
+        self._last_turns = _LastTurns(memory.store)
 
     def check_add(self, cmd: AddCommand, v: Violations) -> None:
         if cmd.kind in self._foreign_kinds:
@@ -233,7 +279,9 @@ class LongTermTier(ArchivingVectorTier):
 
         async def flush() -> None:
             nonlocal points
+            generation = self._last_turns.generation(scope)
             await self._memory.insert(points)
+            self._last_turns.placed(scope, generation, [p.record for p in points])
             await ledger.settle(scope, owed[0], owed[1], [p.record.id for p in points])
             points, owed[:] = [], [0, 0]
 
@@ -302,6 +350,9 @@ class LongTermTier(ArchivingVectorTier):
     async def _last_turn(self, scope: Scope) -> MemoryRecord | None:
         """The turn of the scope's session with the highest position, deleted ones included
         (so a position is never given twice)."""
+        kept = self._last_turns.get(scope)
+        if kept is not None:
+            return kept
         session = self._memory.scope_filter(
             scope,
             Tier.LONG_TERM,
