@@ -152,6 +152,10 @@ class EdgeVectorStore:
     def collection(self) -> str:
         return self._collection
 
+    @property
+    def searches_keep_the_gil(self) -> bool:
+        return True  # measured by benchmarks/edge_gil.py (qdrant-edge-py 0.9)
+
     def generation(self, tenant: str | None = None, user_id: str | None = None) -> int | None:
         if tenant is None or user_id is None:
             return self._generation

@@ -325,6 +325,14 @@ class VectorStore(Protocol):
     @property
     def collection(self) -> str: ...
 
+    @property
+    def searches_keep_the_gil(self) -> bool:
+        """Whether `search` is in-process work that keeps the GIL from start to end (the
+        embedded engine): the core then calls it on the event loop, since a worker thread
+        would give the loop nothing back and cost two thread wake-ups per search (ADR
+        0002). False when a search waits on a server."""
+        ...
+
     def generation(self, tenant: str | None = None, user_id: str | None = None) -> int | None:
         """A number that changes with every write (`upsert`, `delete`, `delete_where`,
         `set_payload`) once it is done; with `tenant` and `user_id`, with every write that
