@@ -3,7 +3,9 @@ is understood with what it answers. Its keyword terms stay its own."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,18 @@ import pytest
 from clock import MovableClock
 from memoryd.app import App, build_app
 from memoryd.cli.reindex import reindex
-from memoryd.core.models import AddCommand, ExportQuery, Kind, Lookup, Scope, Tier
+from memoryd.core.models import (
+    AddCommand,
+    ExportQuery,
+    Kind,
+    Lookup,
+    MemoryRecord,
+    Scope,
+    Tier,
+)
+from memoryd.core.tiers.long_term import LongTermTier
 from memoryd.settings import LongTermSettings, Settings
-from unit.unit_kit import GatedEmbedder
+from unit.unit_kit import LIVENESS_S, GatedEmbedder
 
 USER = Scope(tenant="t1", user_id="ines")
 
@@ -164,6 +175,43 @@ async def test_a_message_copied_into_the_session_meanwhile_is_the_next_turns_pre
     got = await app.engine.get(Lookup(scope=USER, tier=Tier.LONG_TERM, ids=[third.memory_id]))
     assert got.items[0].position == 3
     assert _embedded(embedder)[-1].endswith("Ruth does.\nBen: Since when?")
+
+
+async def test_copies_of_one_session_placed_concurrently_never_share_a_position(
+    app: App, embedder: GatedEmbedder, clock: MovableClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    long_term = app.engine._tiers[Tier.LONG_TERM]
+    assert isinstance(long_term, LongTermTier)
+    locks, asked, second_asks = long_term._locks, [], asyncio.Event()
+
+    def noted(key: Hashable) -> asyncio.Lock:
+        asked.append(key)
+        if len(asked) == 2:
+            second_asks.set()
+        return locks(key)
+
+    monkeypatch.setattr(long_term, "_locks", noted)
+    session = Scope(tenant=USER.tenant, user_id=USER.user_id, session_id="s1")
+
+    def message(text: str) -> MemoryRecord:
+        return MemoryRecord(
+            id=str(uuid.uuid4()),
+            tier=Tier.SHORT_TERM,
+            content=text,
+            kind=Kind.MESSAGE,
+            created_at=clock(),
+        )
+
+    first, second = message("Who feeds the cat?"), message("Ruth does.")
+    # The first copy holds the user's lock, its embedding held in the model.
+    held = await embedder.hold(lambda: long_term.add_messages([(session, first)]))
+    waiting = asyncio.ensure_future(long_term.add_messages([(session, second)]))
+    # When the second asks for the lock, all it reads before taking it, it has read.
+    await asyncio.wait_for(second_asks.wait(), LIVENESS_S)
+    embedder.release()
+    assert await held == 1 and await waiting == 1
+    got = await app.engine.get(Lookup(scope=USER, tier=Tier.LONG_TERM, ids=[first.id, second.id]))
+    assert {i.content: i.position for i in got.items} == {"Who feeds the cat?": 1, "Ruth does.": 2}
 
 
 async def test_an_import_embeds_its_turns_after_their_leads_as_when_added(

@@ -381,19 +381,39 @@ class LongTermTier(ArchivingVectorTier):
         limit makes room by dropping their oldest message copies (never a memory they
         added themselves); a copy that still does not fit is not made (the message stays
         in its session) and a warning is logged. Returns how many new copies were stored."""
-        by_user: dict[tuple[str, str], list[NewPoint]] = {}
-        # Replays keep the positions they were given; new messages follow their session's.
+        by_user: dict[tuple[str, str], list[tuple[Scope, MemoryRecord]]] = {}
+        for scope, message in items:
+            by_user.setdefault((scope.tenant, scope.user_id), []).append((scope, message))
+        stored = 0
+        for (tenant, user_id), messages in by_user.items():
+            user = Scope(tenant=tenant, user_id=user_id)
+            # Placed under the user's lock, as an Add places its memories: a turn added
+            # meanwhile is seen, and no two memories of a session share a position.
+            async with self._locks(self._room(user).lock_key):
+                points = [
+                    self._new_point(record, scope, before)
+                    for scope, record, before in await self._place_copies(messages)
+                ]
+                stored += await self._copy(user, points)
+        return stored
+
+    async def _place_copies(
+        self, messages: Sequence[tuple[Scope, MemoryRecord]]
+    ) -> list[tuple[Scope, MemoryRecord, MemoryRecord | None]]:
+        """Each message's copy, with the turn it follows in its session (None: none, or a
+        copy made before, by a replay or another worker, which keeps its position)."""
+        memory = self._memory
         known = {
             p.id: int(p.payload.get("position") or 0)
-            for p in await self._memory.call(self._memory.store.retrieve, [m.id for _, m in items])
+            for p in await memory.call(memory.store.retrieve, [m.id for _, m in messages])
         }
-        placed: dict[tuple[str, str, str], MemoryRecord] = {}
-        for scope, message in items:
+        placed: dict[str, MemoryRecord] = {}  # session -> the last copy placed here
+        copies = []
+        for scope, message in messages:
             position = known.get(message.id, 0)
-            session = (scope.tenant, scope.user_id, scope.session_id)
             before: MemoryRecord | None = None
             if not position and scope.session_id:
-                before = placed.get(session) or await self._last_turn(scope)
+                before = placed.get(scope.session_id) or await self._last_turn(scope)
                 position = (before.position if before is not None else 0) + 1
             record = MemoryRecord(
                 id=message.id,
@@ -411,49 +431,45 @@ class LongTermTier(ArchivingVectorTier):
                 position=position,
             )
             if scope.session_id:
-                placed[session] = record
-            user = (scope.tenant, scope.user_id)
-            by_user.setdefault(user, []).append(self._new_point(record, scope, before))
-        stored = 0
-        for (tenant, user_id), points in by_user.items():
-            stored += await self._copy(Scope(tenant=tenant, user_id=user_id), points)
-        return stored
+                placed[scope.session_id] = record
+            copies.append((scope, record, before))
+        return copies
 
     async def _copy(self, scope: Scope, points: list[NewPoint]) -> int:
+        """Write the copies of one user's messages, whose lock is held."""
         memory, room, ledger = self._memory, self._room(scope), self._ledger
-        async with self._locks(room.lock_key):
-            ids = [p.record.id for p in points]
-            known = {p.id for p in await memory.call(memory.store.retrieve, ids)}
-            new = [p for p in points if canonical_id(p.record.id) not in known]
-            skipped: list[NewPoint] = []
-            purged = dropped = False
-            while new:
-                size = sum(utf8_len(p.record.content) for p in new)
-                got = await ledger.reserve(scope, len(new), size, room.max_count, room.max_bytes)
-                if got.granted:
-                    break
-                if not purged:
-                    purged = True
-                    if await self._purge_expired(scope):
-                        continue
-                over = got.held.count + len(new) - room.max_count
-                if not dropped and over > 0:
-                    dropped = True
-                    if await self._make_room_for_copies(scope, room, known, new, skipped, over):
-                        continue
-                # What still does not fit: the batch's oldest messages go without a copy.
-                skipped.append(new.pop(0))
-            if skipped:
-                _copies_log.warning(
-                    "long-term memory of user %s/%s is full: %d conversation message(s) kept "
-                    "in their session without a durable copy",
-                    scope.tenant,
-                    scope.user_id,
-                    len(skipped),
-                )
-            left_out = {p.record.id for p in skipped}
-            writing = [p for p in points if p.record.id not in left_out]
-            await ledger.write(scope, [p.record for p in new], lambda: memory.insert(writing))
+        ids = [p.record.id for p in points]
+        known = {p.id for p in await memory.call(memory.store.retrieve, ids)}
+        new = [p for p in points if canonical_id(p.record.id) not in known]
+        skipped: list[NewPoint] = []
+        purged = dropped = False
+        while new:
+            size = sum(utf8_len(p.record.content) for p in new)
+            got = await ledger.reserve(scope, len(new), size, room.max_count, room.max_bytes)
+            if got.granted:
+                break
+            if not purged:
+                purged = True
+                if await self._purge_expired(scope):
+                    continue
+            over = got.held.count + len(new) - room.max_count
+            if not dropped and over > 0:
+                dropped = True
+                if await self._make_room_for_copies(scope, room, known, new, skipped, over):
+                    continue
+            # What still does not fit: the batch's oldest messages go without a copy.
+            skipped.append(new.pop(0))
+        if skipped:
+            _copies_log.warning(
+                "long-term memory of user %s/%s is full: %d conversation message(s) kept "
+                "in their session without a durable copy",
+                scope.tenant,
+                scope.user_id,
+                len(skipped),
+            )
+        left_out = {p.record.id for p in skipped}
+        writing = [p for p in points if p.record.id not in left_out]
+        await ledger.write(scope, [p.record for p in new], lambda: memory.insert(writing))
         return len(new)
 
     async def _make_room_for_copies(
