@@ -5,6 +5,7 @@ file, a Redis stream, a Redis Cluster stream."""
 
 from __future__ import annotations
 
+import asyncio
 import operator
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -17,11 +18,14 @@ from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_fixe
 
 from memoryd.app import App, build_app
 from memoryd.settings import Settings
+from memoryd.stores.queue.port import QueueDown
 from memoryd.transport.server import MemorydServer
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
 from openai_stub import OpenAIStub, start_openai_stub
+from redis_server import RedisServer
 from rpc import scope
+from unit.unit_kit import LIVENESS_S
 
 FAILED = "I am allergic to peanuts"
 LATER = "I live in Lisbon"
@@ -109,3 +113,45 @@ async def test_a_failed_batch_is_released_and_copied_once_the_store_answers(
 
         # The failed batch was released, not left pending: it is copied without a restart.
         await eventually(failed_copied_too)
+
+
+async def test_drain_waits_for_a_queue_that_comes_back(
+    openai_api: OpenAIStub, tmp_path: Path, user_id: str
+) -> None:
+    redis = RedisServer(tmp_path / "redis", appendonly=True)
+    settings = Settings(
+        listen="127.0.0.1:0",
+        metrics={"listen": "127.0.0.1:0"},
+        data_dir=tmp_path / "data",
+        embedder={
+            "provider": "openai",
+            "openai_base_url": openai_api.url,
+            "openai_api_key": "k",
+            "openai_dimensions": 8,
+        },
+        redis_url=redis.url,
+    )
+    try:
+        async with serving(settings) as (app, stub):
+            await app.copier.stop()  # only `drain` copies from here on
+            sc = scope(user_id, session_id="s")
+            await stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_SHORT_TERM, content=LATER))
+            queue = app.copier._queue
+            pending, met_down = queue.pending, asyncio.Event()
+
+            async def noting() -> int:
+                try:
+                    return await pending()
+                except QueueDown:
+                    met_down.set()
+                    raise
+
+            queue.pending = noting  # type: ignore[method-assign]
+            redis.stop()  # its pooled connections are now closed by the server
+            draining = asyncio.ensure_future(app.copier.drain(timeout_s=LIVENESS_S))
+            await asyncio.wait_for(met_down.wait(), LIVENESS_S)
+            redis.restart(keep_data=True)
+            await draining
+            assert LATER in await messages_found(stub, user_id, "where does the user live")
+    finally:
+        redis.stop()

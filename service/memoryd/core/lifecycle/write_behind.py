@@ -150,12 +150,26 @@ class ConversationCopier:
         """Wait until everything queued now is copied (shutdown, `memoryd` tools, tests).
 
         The background worker may hold some entries in flight; those count as pending
-        until it acks them.
+        until it acks them. A queue that is down (Redis restarting; a pooled connection
+        it closed) is waited for within `timeout_s`; then its last error is raised.
         """
-        async with asyncio.timeout(timeout_s):
-            while await self._queue.pending():
-                if not await self.drain_once():
-                    await asyncio.sleep(0.02)
+        down: QueueDown | None = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    try:
+                        if not await self._queue.pending():
+                            return
+                        copied = await self.drain_once()
+                        down = None
+                    except QueueDown as exc:
+                        down, copied = exc, 0
+                    if not copied:
+                        await asyncio.sleep(0.02)
+        except TimeoutError:
+            if down is not None:
+                raise down from None
+            raise
 
     async def _run(self) -> None:
         # Never gives up: after a failure the worker goes on in `retry_seconds`; the failed
