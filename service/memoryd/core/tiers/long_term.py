@@ -387,28 +387,23 @@ class LongTermTier(ArchivingVectorTier):
         stored = 0
         for (tenant, user_id), messages in by_user.items():
             user = Scope(tenant=tenant, user_id=user_id)
+            room = self._room(user)
             # Placed under the user's lock, as an Add places its memories: a turn added
             # meanwhile is seen, and no two memories of a session share a position.
-            async with self._locks(self._room(user).lock_key):
-                points = [
-                    self._new_point(record, scope, before)
-                    for scope, record, before in await self._place_copies(messages)
-                ]
-                stored += await self._copy(user, points)
+            async with self._locks(room.lock_key):
+                stored += await self._copy(user, room, await self._copies(messages))
         return stored
 
-    async def _place_copies(
-        self, messages: Sequence[tuple[Scope, MemoryRecord]]
-    ) -> list[tuple[Scope, MemoryRecord, MemoryRecord | None]]:
-        """Each message's copy, with the turn it follows in its session (None: none, or a
-        copy made before, by a replay or another worker, which keeps its position)."""
+    async def _copies(self, messages: Sequence[tuple[Scope, MemoryRecord]]) -> list[NewPoint]:
+        """Each message's copy, after the turn it follows in its session; a copy made
+        before (a replay, or another worker's) keeps its position."""
         memory = self._memory
         known = {
             p.id: int(p.payload.get("position") or 0)
             for p in await memory.call(memory.store.retrieve, [m.id for _, m in messages])
         }
         placed: dict[str, MemoryRecord] = {}  # session -> the last copy placed here
-        copies = []
+        copies: list[NewPoint] = []
         for scope, message in messages:
             position = known.get(message.id, 0)
             before: MemoryRecord | None = None
@@ -432,12 +427,12 @@ class LongTermTier(ArchivingVectorTier):
             )
             if scope.session_id:
                 placed[scope.session_id] = record
-            copies.append((scope, record, before))
+            copies.append(self._new_point(record, scope, before))
         return copies
 
-    async def _copy(self, scope: Scope, points: list[NewPoint]) -> int:
+    async def _copy(self, scope: Scope, room: Room, points: list[NewPoint]) -> int:
         """Write the copies of one user's messages, whose lock is held."""
-        memory, room, ledger = self._memory, self._room(scope), self._ledger
+        memory, ledger = self._memory, self._ledger
         ids = [p.record.id for p in points]
         known = {p.id for p in await memory.call(memory.store.retrieve, ids)}
         new = [p for p in points if canonical_id(p.record.id) not in known]

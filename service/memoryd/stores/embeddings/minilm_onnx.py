@@ -279,16 +279,25 @@ def _float_residuals(model: Any) -> None:
                     node.input[i] = rounded[name]
 
 
+def _load_tokenizer(path: Path | None = None) -> Tokenizer:
+    """The pinned model's tokenizer as sentence-transformers uses it: the file pads every
+    text to 128 tokens and cuts at 128; this pads to the longest text of a batch (a text
+    encoded alone: not at all) and cuts at 256."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path or bundled_model_path() / "tokenizer.json"))
+    tokenizer.enable_truncation(MAX_TOKENS)
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+    return tokenizer
+
+
 def _calibration_feeds() -> list[dict[str, Any]]:
     """The model's inputs for each calibration text, alone and unpadded: the tokenizer
     file pads to 128 tokens, and [PAD] positions attended to would widen the ranges with
     activations no served text has (recipe v1 did; v2 does not)."""
     import numpy as np
-    from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(bundled_model_path() / "tokenizer.json"))
-    tokenizer.enable_truncation(MAX_TOKENS)
-    tokenizer.no_padding()
+    tokenizer = _load_tokenizer()  # one text per encode: padded to its own length
     feeds = []
     for text in calibration_texts():
         ids = np.array([tokenizer.encode(text).ids], dtype=np.int64)
@@ -407,7 +416,6 @@ class MiniLMOnnxEmbedder:
         if self._session is not None and self._tokenizer is not None:
             return self._session, self._tokenizer
         import onnxruntime
-        from tokenizers import Tokenizer
 
         if self._quantized:
             path = prepare_quantized(
@@ -425,15 +433,6 @@ class MiniLMOnnxEmbedder:
         session = onnxruntime.InferenceSession(
             str(path), options, providers=["CPUExecutionProvider"]
         )
-        tokenizer_file = (
-            self._tokenizer_path
-            if self._tokenizer_path is not None
-            else bundled_model_path() / "tokenizer.json"
-        )
-        tokenizer = Tokenizer.from_file(str(tokenizer_file))
-        # The file pads every text to 128 tokens and cuts at 128; sentence-transformers
-        # pads to the longest text of a batch and cuts at 256.
-        tokenizer.enable_truncation(MAX_TOKENS)
-        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        tokenizer = _load_tokenizer(self._tokenizer_path)
         self._session, self._tokenizer = session, tokenizer
         return session, tokenizer
