@@ -143,14 +143,17 @@ def build_embedder(settings: Settings) -> Embedder:
 
 def build_batcher(settings: Settings, embedder: Embedder) -> EmbeddingBatcher:
     cfg = settings.embedder
-    # A local model uses its threads' cores whole; a remote API hides its round trips best
-    # with a few calls in flight.
-    default_concurrency = 4 if cfg.provider == "openai" else 1
+    # A remote API hides its round trips best with a few calls in flight, started at once.
+    # A local model takes a core per call: a second call starts only for a backlog (Adds
+    # outrunning one core), not for each query of a trickle (benchmarks/RESULTS.md,
+    # session 9). The torch model runs one call at a time anyway.
+    concurrency, backlog = {"openai": (4, 1), "minilm-onnx": (2, 16)}.get(cfg.provider, (1, 1))
     return EmbeddingBatcher(
         embedder,
         max_batch=cfg.batch_max_size,
         max_wait_s=cfg.batch_max_wait_ms / 1000,
-        concurrency=cfg.batch_concurrency or default_concurrency,
+        concurrency=cfg.batch_concurrency or concurrency,
+        parallel_backlog=cfg.batch_parallel_backlog or backlog,
     )
 
 

@@ -104,7 +104,14 @@ class EmbedderSettings(BaseModel):
     batch_concurrency: int | None = Field(
         None,
         ge=1,
-        description="Embedding calls in flight at once (default: 1 local, 4 openai)",
+        description="Embedding calls in flight at once (default: 2 minilm-onnx, 1 minilm, "
+        "4 openai)",
+    )
+    batch_parallel_backlog: int | None = Field(
+        None,
+        ge=1,
+        description="Texts that must wait before a further call starts beside a running one "
+        "(default: 16 minilm-onnx, 1 otherwise); fewer join the next batch",
     )
     openai_api_key: str | None = Field(None, description="API key of the embeddings API")
     openai_base_url: str | None = Field(None, description="Any OpenAI-compatible endpoint")

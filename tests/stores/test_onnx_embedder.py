@@ -7,8 +7,11 @@ query of the golden set; the recall checks that decide int8 are in ADR 0300 and 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +25,7 @@ from memoryd.stores.embeddings.minilm_onnx import (
     prepare_quantized,
     verified_source,
 )
+from unit.unit_kit import LIVENESS_S
 
 pytestmark = pytest.mark.slow
 
@@ -86,6 +90,26 @@ def test_a_texts_vector_does_not_depend_on_its_batch(int8: MiniLMOnnxEmbedder) -
             if text in MIXED:
                 cos = float(np.dot(vector, alone[MIXED.index(text)]))
                 assert cos >= 0.99999, (text[:20], cos)
+
+
+def test_two_threads_embed_at_once_with_the_same_vectors(
+    int8: MiniLMOnnxEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batcher runs two calls at once on a local model (a core each): both must be
+    inside the model together, and each text keeps its vector."""
+    expected = {text: int8.embed([text])[0] for text in MIXED}
+    inside = threading.Barrier(2, timeout=LIVENESS_S)  # broken if one waits on the other
+    run = MiniLMOnnxEmbedder._run
+
+    def meeting(*args: Any) -> Any:
+        inside.wait()
+        return run(*args)
+
+    monkeypatch.setattr(MiniLMOnnxEmbedder, "_run", staticmethod(meeting))
+    with ThreadPoolExecutor(2) as pool:
+        halves = list(pool.map(lambda texts: int8.embed(texts), [MIXED[:3], MIXED[3:]]))
+    for text, vector in zip(MIXED, halves[0] + halves[1], strict=True):
+        assert float(np.dot(vector, expected[text])) >= 0.99999, text[:20]
 
 
 def test_dynamic_int8_runs_each_text_alone(int8_dynamic: MiniLMOnnxEmbedder) -> None:

@@ -229,6 +229,50 @@ async def test_close_fails_queued_requests_and_refuses_new_ones(
         await batcher.embed(["later"])
 
 
+async def test_a_second_call_starts_beside_a_running_one_once_the_backlog_is_reached(
+    model: GatedEmbedder,
+) -> None:
+    batcher = EmbeddingBatcher(model, max_batch=8, concurrency=2, parallel_backlog=3)
+    first = await model.hold_first_call(batcher)
+    queued = [asyncio.create_task(batcher.embed([f"q{i}"])) for i in range(2)]
+    await settle()
+    assert model.calls == [["first"]]  # two texts wait: below the backlog
+
+    queued.append(asyncio.create_task(batcher.embed(["q2"])))
+    await model.until_calls(2)  # a second call, beside the held one
+    assert model.calls == [["first"], ["q0", "q1", "q2"]]
+    model.release()
+    results = await asyncio.wait_for(asyncio.gather(first, *queued), LIVENESS_S)
+    assert results == [[alone(t)] for t in ("first", "q0", "q1", "q2")]
+    await batcher.close()
+
+
+async def test_a_backlog_below_the_threshold_joins_the_next_batch_whole(
+    model: GatedEmbedder,
+) -> None:
+    batcher = EmbeddingBatcher(model, max_batch=8, concurrency=2, parallel_backlog=3)
+    first = await model.hold_first_call(batcher)
+    queued = [asyncio.create_task(batcher.embed([f"q{i}"])) for i in range(2)]
+    await settle()
+    model.release()
+    await asyncio.wait_for(asyncio.gather(first, *queued), LIVENESS_S)
+    assert model.calls == [["first"], ["q0", "q1"]]
+    await batcher.close()
+
+
+async def test_without_a_backlog_threshold_each_free_slot_takes_what_waits(
+    model: GatedEmbedder,
+) -> None:
+    batcher = EmbeddingBatcher(model, max_batch=8, concurrency=2)
+    first = await model.hold_first_call(batcher)
+    queued = asyncio.create_task(batcher.embed(["q0"]))
+    await model.until_calls(2)
+    assert model.calls == [["first"], ["q0"]]
+    model.release()
+    await asyncio.wait_for(asyncio.gather(first, queued), LIVENESS_S)
+    await batcher.close()
+
+
 def test_works_from_one_event_loop_after_another() -> None:
     batcher = EmbeddingBatcher(HashEmbedder(), max_wait_s=0.0)
     assert asyncio.run(batcher.embed(["x"])) == [alone("x")]
@@ -236,7 +280,10 @@ def test_works_from_one_event_loop_after_another() -> None:
     asyncio.run(batcher.close())
 
 
-@pytest.mark.parametrize("kwargs", [{"max_batch": 0}, {"max_wait_s": -1.0}, {"concurrency": 0}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"max_batch": 0}, {"max_wait_s": -1.0}, {"concurrency": 0}, {"parallel_backlog": 0}],
+)
 def test_bounds_are_validated(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         EmbeddingBatcher(HashEmbedder(), **kwargs)  # type: ignore[arg-type]

@@ -76,13 +76,16 @@ class GatedEmbedder(HashEmbedder):
 
     def __init__(self, reject: str | None = None) -> None:
         self.calls: list[list[str]] = []
+        self.called = threading.Condition()
         self.started = threading.Event()
         self.gate = threading.Event()
         self.gate.set()
         self.reject = reject
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        self.calls.append(list(texts))
+        with self.called:
+            self.calls.append(list(texts))
+            self.called.notify_all()
         self.started.set()
         self.gate.wait()
         if self.reject is not None and self.reject in texts:
@@ -104,6 +107,15 @@ class GatedEmbedder(HashEmbedder):
 
     def release(self) -> None:
         self.gate.set()
+
+    async def until_calls(self, count: int) -> None:
+        """Wait until the model has been called `count` times (for liveness only)."""
+
+        def wait() -> bool:
+            with self.called:
+                return self.called.wait_for(lambda: len(self.calls) >= count, LIVENESS_S)
+
+        assert await asyncio.to_thread(wait), f"fewer than {count} model calls"
 
     @property
     def texts_embedded(self) -> list[str]:

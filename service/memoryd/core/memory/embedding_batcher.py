@@ -8,6 +8,11 @@ to ``max_wait_s`` after the oldest request arrived for others to join, unless th
 full; a lone caller on an idle server never waits. The server's default is no wait at all
 (benchmarks/RESULTS.md: at 50 callers a 2 ms wait lost ~10 % of long-term Add RPS).
 
+With ``concurrency`` above one, a further call starts beside running ones only once
+``parallel_backlog`` texts wait: a local model then spreads a real backlog over more cores
+(long-term Adds at 50 callers), while a trickle of queries joins the next batch whole
+instead of taking a core from the event loop for a batch of one (benchmarks/RESULTS.md).
+
 A request that is cancelled (its client went away, or its gRPC deadline passed: grpc.aio
 cancels the handler) leaves the queue and its texts are not embedded; one whose batch is
 already running just stops waiting for it.
@@ -65,6 +70,7 @@ class _LoopState:
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
     running: set[asyncio.Task[None]] = field(default_factory=set)
+    busy: int = 0  # model calls in flight (a finished task may linger in `running`)
     dispatcher: asyncio.Task[None] | None = None
     last_batch_requests: int = 0
 
@@ -86,6 +92,7 @@ class EmbeddingBatcher:
         max_batch: int = 64,
         max_wait_s: float = 0.0,
         concurrency: int = 1,
+        parallel_backlog: int = 1,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
@@ -93,10 +100,13 @@ class EmbeddingBatcher:
             raise ValueError("max_wait_s must be >= 0")
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        if parallel_backlog < 1:
+            raise ValueError("parallel_backlog must be >= 1")
         self._embedder = embedder
         self._max_batch = max_batch
         self._max_wait_s = max_wait_s
         self._concurrency = concurrency
+        self._parallel_backlog = parallel_backlog
         self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="memoryd-embed")
         self._state: _LoopState | None = None
         self._closed = False
@@ -172,6 +182,8 @@ class EmbeddingBatcher:
             self._drop_gone(state)
             if not state.pending:
                 continue
+            if state.busy and self._queued_texts(state) < self._parallel_backlog:
+                continue  # the running call's end wakes this loop for the queue, whole
             await state.slots.acquire()
             try:
                 await self._fill(state)
@@ -183,6 +195,7 @@ class EmbeddingBatcher:
                 state.slots.release()
                 continue
             state.last_batch_requests = len(batch)
+            state.busy += 1
             task = state.loop.create_task(self._run_batch(state, batch))
             state.running.add(task)
             task.add_done_callback(state.running.discard)
@@ -235,7 +248,10 @@ class EmbeddingBatcher:
         try:
             await self._embed_into(state, batch)
         finally:
+            state.busy -= 1
             state.slots.release()
+            if state.pending:
+                state.wakeup.set()
 
     async def _embed_into(self, state: _LoopState, batch: list[_Request]) -> None:
         # A request cancelled while queued for this batch costs nothing.

@@ -376,23 +376,25 @@ class MiniLMOnnxEmbedder:
             return []
         import numpy as np
 
+        # The lock guards the first load only: ONNX Runtime's run and the tokenizer are
+        # thread-safe, so the batcher's concurrent calls use a core each.
         with self._lock:
             session, tokenizer = self._load_locked()
-            out = np.empty((len(texts), MINILM_DIM), dtype=np.float32)
-            if not self.batches:
-                # One text per run: dynamic quantization scales activations by the whole
-                # input tensor, so in a batch a text's vector would depend on its
-                # neighbours (cosine 0.98 to itself alone); alone it is always the same.
-                for i, text in enumerate(texts):
-                    out[i] = self._run(session, tokenizer, [text])[0]
-            else:
-                # Float and static int8 treat every row alike and padding is masked out,
-                # so a batch gives each text its vector alone (to float rounding).
-                # Shortest first, as sentence-transformers does: a chunk pads to its longest.
-                order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-                for start in range(0, len(order), _CHUNK):
-                    chunk = order[start : start + _CHUNK]
-                    out[chunk] = self._run(session, tokenizer, [texts[i] for i in chunk])
+        out = np.empty((len(texts), MINILM_DIM), dtype=np.float32)
+        if not self.batches:
+            # One text per run: dynamic quantization scales activations by the whole
+            # input tensor, so in a batch a text's vector would depend on its
+            # neighbours (cosine 0.98 to itself alone); alone it is always the same.
+            for i, text in enumerate(texts):
+                out[i] = self._run(session, tokenizer, [text])[0]
+        else:
+            # Float and static int8 treat every row alike and padding is masked out,
+            # so a batch gives each text its vector alone (to float rounding).
+            # Shortest first, as sentence-transformers does: a chunk pads to its longest.
+            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+            for start in range(0, len(order), _CHUNK):
+                chunk = order[start : start + _CHUNK]
+                out[chunk] = self._run(session, tokenizer, [texts[i] for i in chunk])
         vectors: list[list[float]] = out.tolist()
         return vectors
 
