@@ -71,6 +71,34 @@ async def test_a_call_continues_the_callers_trace_with_spans_inside(
     assert all(sp.parent is not None and sp.parent.span_id in ids for sp in found if sp is not call)
 
 
+async def test_a_tier_found_empty_is_not_looked_up_again_until_the_users_next_write(
+    start_server: ServerFactory,
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+    user_id: str,
+) -> None:
+    provider, exporter = spans
+    s = await start_server(telemetry=Telemetry(tracer_provider=provider))
+    sc = scope(user_id)
+    await s.stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_PERSONA, key="name", content="Ana"))
+
+    def ask(query: str) -> pb.RetrieveRequest:
+        return pb.RetrieveRequest(scope=sc, query=query, tiers=[pb.TIER_LONG_TERM])
+
+    def store_calls() -> list[str]:
+        return [n for n in _names(exporter.get_finished_spans()) if n.startswith("memoryd.store")]
+
+    exporter.clear()
+    assert not (await s.stub.Retrieve(ask("tea"))).items
+    assert store_calls()  # the first time, the store is asked
+    exporter.clear()
+    assert not (await s.stub.Retrieve(ask("coffee"))).items
+    assert store_calls() == []  # nothing written since: still empty, no store call
+
+    await s.stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_LONG_TERM, content="I like green tea"))
+    found = await s.stub.Retrieve(ask("tea"))
+    assert [i.content for i in found.items] == ["I like green tea"]
+
+
 async def test_tracing_is_off_by_default(start_server: ServerFactory) -> None:
     s = await start_server()
     assert s.app.telemetry.tracer_provider is None

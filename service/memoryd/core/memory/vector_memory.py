@@ -353,7 +353,7 @@ class VectorMemory:
         known = self._known_counts(flt)
         if known is not None and known.live == 0:
             return TierHits(items=[], total=0)  # the empty case answers without embedding
-        if known is None and await self.first(flt) is None:
+        if known is None and await self._found_empty(flt):
             return TierHits(items=[], total=0)
         idf_now = _idf_from(known, terms) if known is not None else None
         idf_task = asyncio.ensure_future(
@@ -562,6 +562,18 @@ class VectorMemory:
                 if c.id != r.id and abs(c.position - r.position) <= window
             ]
             r.context = sorted(near, key=lambda c: c.position)
+
+    async def _found_empty(self, flt: Filter) -> bool:
+        """Whether `flt` selects no memory; an empty answer is kept as counts (none live)
+        so that the next query of an empty tier makes no store call until a write to the
+        user (a RenderContext asks every tier, and the user's points are walked each time)."""
+        key, now = term_counts.key_of(flt)
+        generation = self._generation(flt)  # before reading: a write meanwhile voids it
+        if await self.first(flt) is not None:
+            return False
+        if generation is not None:
+            self._counts.keep(key, term_counts.Counts(generation, now, math.inf, 0), [], [])
+        return True
 
     def _known_counts(self, flt: Filter) -> term_counts.Counts | None:
         """The counts kept for `flt`, if nothing they count has changed since."""
