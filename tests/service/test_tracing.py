@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
 
-from conftest import ServerFactory
+from conftest import RunningServer, ServerFactory
 from memoryd.settings import Settings, TracingSettings
 from memoryd.transport.telemetry import Telemetry
 from memoryd.v1 import memory_pb2 as pb
@@ -29,17 +29,23 @@ def spans() -> tuple[TracerProvider, InMemorySpanExporter]:
     return provider, exporter
 
 
+@pytest.fixture
+async def traced(
+    start_server: ServerFactory, spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> tuple[RunningServer, InMemorySpanExporter]:
+    """A server whose spans end up in the exporter."""
+    provider, exporter = spans
+    return await start_server(telemetry=Telemetry(tracer_provider=provider)), exporter
+
+
 def _names(found: tuple[ReadableSpan, ...]) -> list[str]:
     return [s.name for s in found]
 
 
 async def test_a_call_continues_the_callers_trace_with_spans_inside(
-    start_server: ServerFactory,
-    spans: tuple[TracerProvider, InMemorySpanExporter],
-    user_id: str,
+    traced: tuple[RunningServer, InMemorySpanExporter], user_id: str
 ) -> None:
-    provider, exporter = spans
-    s = await start_server(telemetry=Telemetry(tracer_provider=provider))
+    s, exporter = traced
     sc = scope(user_id)
     await s.stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_LONG_TERM, content="I like green tea"))
     exporter.clear()
@@ -72,12 +78,9 @@ async def test_a_call_continues_the_callers_trace_with_spans_inside(
 
 
 async def test_a_tier_found_empty_is_not_looked_up_again_until_the_users_next_write(
-    start_server: ServerFactory,
-    spans: tuple[TracerProvider, InMemorySpanExporter],
-    user_id: str,
+    traced: tuple[RunningServer, InMemorySpanExporter], user_id: str
 ) -> None:
-    provider, exporter = spans
-    s = await start_server(telemetry=Telemetry(tracer_provider=provider))
+    s, exporter = traced
     sc = scope(user_id)
     await s.stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_PERSONA, key="name", content="Ana"))
 

@@ -229,20 +229,29 @@ async def test_close_fails_queued_requests_and_refuses_new_ones(
         await batcher.embed(["later"])
 
 
-async def test_a_second_call_starts_beside_a_running_one_once_the_backlog_is_reached(
+async def two_below_the_backlog(
     model: GatedEmbedder,
-) -> None:
+) -> tuple[EmbeddingBatcher, list[asyncio.Task[list[list[float]]]]]:
+    """A batcher that may run two calls once three texts wait, its first call held in the
+    model and two single texts queued; the tasks returned start with the held one."""
     batcher = EmbeddingBatcher(model, max_batch=8, concurrency=2, parallel_backlog=3)
     first = await model.hold_first_call(batcher)
     queued = [asyncio.create_task(batcher.embed([f"q{i}"])) for i in range(2)]
     await settle()
+    return batcher, [first, *queued]
+
+
+async def test_a_second_call_starts_beside_a_running_one_once_the_backlog_is_reached(
+    model: GatedEmbedder,
+) -> None:
+    batcher, tasks = await two_below_the_backlog(model)
     assert model.calls == [["first"]]  # two texts wait: below the backlog
 
-    queued.append(asyncio.create_task(batcher.embed(["q2"])))
+    tasks.append(asyncio.create_task(batcher.embed(["q2"])))
     await model.until_calls(2)  # a second call, beside the held one
     assert model.calls == [["first"], ["q0", "q1", "q2"]]
     model.release()
-    results = await asyncio.wait_for(asyncio.gather(first, *queued), LIVENESS_S)
+    results = await asyncio.wait_for(asyncio.gather(*tasks), LIVENESS_S)
     assert results == [[alone(t)] for t in ("first", "q0", "q1", "q2")]
     await batcher.close()
 
@@ -250,12 +259,9 @@ async def test_a_second_call_starts_beside_a_running_one_once_the_backlog_is_rea
 async def test_a_backlog_below_the_threshold_joins_the_next_batch_whole(
     model: GatedEmbedder,
 ) -> None:
-    batcher = EmbeddingBatcher(model, max_batch=8, concurrency=2, parallel_backlog=3)
-    first = await model.hold_first_call(batcher)
-    queued = [asyncio.create_task(batcher.embed([f"q{i}"])) for i in range(2)]
-    await settle()
+    batcher, tasks = await two_below_the_backlog(model)
     model.release()
-    await asyncio.wait_for(asyncio.gather(first, *queued), LIVENESS_S)
+    await asyncio.wait_for(asyncio.gather(*tasks), LIVENESS_S)
     assert model.calls == [["first"], ["q0", "q1"]]
     await batcher.close()
 
