@@ -77,7 +77,6 @@ class GatedEmbedder(HashEmbedder):
     def __init__(self, reject: str | None = None) -> None:
         self.calls: list[list[str]] = []
         self.called = threading.Condition()
-        self.started = threading.Event()
         self.gate = threading.Event()
         self.gate.set()
         self.reject = reject
@@ -86,7 +85,6 @@ class GatedEmbedder(HashEmbedder):
         with self.called:
             self.calls.append(list(texts))
             self.called.notify_all()
-        self.started.set()
         self.gate.wait()
         if self.reject is not None and self.reject in texts:
             raise EmbedderUnavailable("input rejected", embedder=self.name, status_code=400)
@@ -100,9 +98,9 @@ class GatedEmbedder(HashEmbedder):
         """Close the gate, run `start` until its model call has begun, and return its task:
         the model stays busy until `release`."""
         self.gate.clear()
-        self.started.clear()
+        begun = len(self.calls) + 1
         task = asyncio.ensure_future(start())
-        await asyncio.to_thread(self.started.wait, LIVENESS_S)
+        await asyncio.to_thread(self._wait_calls, begun)
         return task
 
     def release(self) -> None:
@@ -110,12 +108,11 @@ class GatedEmbedder(HashEmbedder):
 
     async def until_calls(self, count: int) -> None:
         """Wait until the model has been called `count` times (for liveness only)."""
+        assert await asyncio.to_thread(self._wait_calls, count), f"fewer than {count} calls"
 
-        def wait() -> bool:
-            with self.called:
-                return self.called.wait_for(lambda: len(self.calls) >= count, LIVENESS_S)
-
-        assert await asyncio.to_thread(wait), f"fewer than {count} model calls"
+    def _wait_calls(self, count: int) -> bool:
+        with self.called:
+            return self.called.wait_for(lambda: len(self.calls) >= count, LIVENESS_S)
 
     @property
     def texts_embedded(self) -> list[str]:

@@ -68,7 +68,6 @@ class _LoopState:
     loop: asyncio.AbstractEventLoop
     pending: deque[_Request] = field(default_factory=deque)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
-    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
     running: set[asyncio.Task[None]] = field(default_factory=set)
     busy: int = 0  # model calls in flight (a finished task may linger in `running`)
     dispatcher: asyncio.Task[None] | None = None
@@ -169,7 +168,7 @@ class EmbeddingBatcher:
         loop = asyncio.get_running_loop()
         state = self._state
         if state is None or state.loop is not loop or state.loop.is_closed():
-            state = _LoopState(loop, slots=asyncio.Semaphore(self._concurrency))
+            state = _LoopState(loop)
             self._state = state
         if state.dispatcher is None or state.dispatcher.done():
             state.dispatcher = loop.create_task(self._dispatch(state), name="embed-dispatcher")
@@ -182,17 +181,14 @@ class EmbeddingBatcher:
             self._drop_gone(state)
             if not state.pending:
                 continue
-            if state.busy and self._queued_texts(state) < self._parallel_backlog:
-                continue  # the running call's end wakes this loop for the queue, whole
-            await state.slots.acquire()
-            try:
-                await self._fill(state)
-                batch = self._take(state)
-            except BaseException:
-                state.slots.release()
-                raise
+            if state.busy and (
+                state.busy >= self._concurrency
+                or self._queued_texts(state) < self._parallel_backlog
+            ):
+                continue  # a running call's end wakes this loop for the queue, whole
+            await self._fill(state)
+            batch = self._take(state)
             if not batch:
-                state.slots.release()
                 continue
             state.last_batch_requests = len(batch)
             state.busy += 1
@@ -249,7 +245,6 @@ class EmbeddingBatcher:
             await self._embed_into(state, batch)
         finally:
             state.busy -= 1
-            state.slots.release()
             if state.pending:
                 state.wakeup.set()
 

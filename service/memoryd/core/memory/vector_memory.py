@@ -104,6 +104,10 @@ class VectorMemory:
         observer: Observer | None = None,
     ) -> None:
         self.store = store
+        # A search of a store whose searches keep the GIL throughout runs on the event
+        # loop: a thread would give the loop nothing back and add two wake-ups, ~0.3 ms
+        # each on a VM (ADR 0002). Decided once: the property is the adapter's constant.
+        self._search_on_loop = store.search if store.searches_keep_the_gil else None
         self._embedder = embedder
         self._retrieval = retrieval
         self._clock = clock
@@ -114,11 +118,9 @@ class VectorMemory:
         self._counts = term_counts.TermCounts()
 
     async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run a blocking store call in a thread; a store failure becomes UNAVAILABLE.
-        A search of a store whose searches keep the GIL throughout runs on the event loop
-        instead: a thread would give the loop nothing back and add two wake-ups, ~0.3 ms
-        each on a VM (ADR 0002)."""
-        on_loop = self.store.searches_keep_the_gil and fn == self.store.search
+        """Run a blocking store call in a thread (a search that keeps the GIL: on the
+        loop); a store failure becomes UNAVAILABLE."""
+        on_loop = fn == self._search_on_loop
         try:
             if on_loop:
                 return fn(*args, **kwargs)
