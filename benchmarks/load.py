@@ -275,7 +275,8 @@ def _render_context(ctx: Ctx) -> Message:
 
 
 def _health(ctx: Ctx) -> Message:
-    return health_pb2.HealthCheckRequest(service="")
+    request: Message = health_pb2.HealthCheckRequest(service="")  # untyped module
+    return request
 
 
 @dataclass(frozen=True)

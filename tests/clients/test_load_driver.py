@@ -6,40 +6,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+import load as bench
 from conftest import ServerFactory
 from memoryd.settings import WorkingSettings
 from memoryd.v1 import memory_pb2 as pb
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench_load() -> ModuleType:
-    # Imported under its own name: tests/load.py is `load` here. It puts benchmarks/ first
-    # on sys.path, which would shadow that one for later tests: restored after.
-    saved = list(sys.path)
-    try:
-        spec = importlib.util.spec_from_file_location("bench_load", ROOT / "benchmarks/load.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["bench_load"] = module
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path[:] = saved
-
-
-bench = _bench_load()
-
 
 @pytest.fixture(scope="module")
-def driver(tmp_path_factory: pytest.TempPathFactory) -> object:
+def driver(tmp_path_factory: pytest.TempPathFactory) -> bench.GoClients:
     missing = bench.go_missing()
     if missing:
         pytest.skip(f"the Go driver cannot be built here: {missing}")
@@ -59,7 +36,7 @@ def _args(target: str, total: int, procs: int) -> argparse.Namespace:
 
 
 async def test_the_go_driver_makes_the_calls_asked_for_and_reports_them_as_ghz_does(
-    driver: object, start_server: ServerFactory
+    driver: bench.GoClients, start_server: ServerFactory
 ) -> None:
     s = await start_server()
     args = _args(f"127.0.0.1:{s.port}", total=7, procs=2)
@@ -86,7 +63,7 @@ async def test_the_go_driver_makes_the_calls_asked_for_and_reports_them_as_ghz_d
 
 
 async def test_failed_calls_are_counted_by_go_code_name_and_message(
-    driver: object, start_server: ServerFactory
+    driver: bench.GoClients, start_server: ServerFactory
 ) -> None:
     # Working entries need a task: with at most one entry per task the second key fails.
     s = await start_server(working=WorkingSettings(max_entries=1))

@@ -20,7 +20,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from load import WriteLoad, missing_long_term
+from write_load import WriteLoad, missing_long_term
 from memoryd.v1 import memory_pb2_grpc
 from openai_stub import OpenAIStub, running_openai_stub
 from redis_server import free_port

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from conftest import RunningServer, ServerFactory
-from load import WriteLoad, missing_long_term
+from write_load import WriteLoad, missing_long_term
 from memoryd.app import StartupRefused, build_app
 from memoryd.settings import Settings
 from memoryd.v1 import memory_pb2 as pb

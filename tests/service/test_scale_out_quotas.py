@@ -22,7 +22,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from load import missing_long_term
+from write_load import missing_long_term
 from memoryd.stores.usage.port import CounterKey
 from memoryd.stores.usage.redis_counters import RedisCounters
 from memoryd.v1 import memory_pb2 as pb
