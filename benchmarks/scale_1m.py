@@ -1,19 +1,28 @@
-"""A million long-term memories: load time, RSS, disk, Retrieve latency and recall@10.
+"""Many long-term memories in one store: load time, RSS, disk, Retrieve latency, recall@10.
 
-    PYTHONPATH=service:benchmarks python benchmarks/scale_1m.py --users 100 --per-user 10000
+    PYTHONPATH=service:benchmarks python benchmarks/scale_1m.py --shape heavy   # 100 x 10,000
+    PYTHONPATH=service:benchmarks python benchmarks/scale_1m.py --shape many    # 10,000 x 100
     PYTHONPATH=service:benchmarks python benchmarks/scale_1m.py --adapter qdrant --users 10
 
-Loads `--users` x `--per-user` memories into the vector store through the `VectorStore`
-port, the way the long-term tier writes them: `AddCommand.new_record` -> `to_payload` ->
-`VectorMemory.insert` (BM25 sparse vector, `term_ids`, one upsert per `--batch`). Only
-the embedder is replaced (embedding 1M texts with MiniLM takes hours on 2 cores):
+Two shapes of a 1M store (DESIGN.md §6): `heavy`, `--users` users with 10,000 memories
+each (default 100), and `many`, 10,000 users with 100 each; `--users` and `--per-user`
+override either. `--adapter` picks the vector store: `edge` (qdrant-edge, the default) or
+`qdrant` (qdrant-client in local mode, the only Qdrant this machine can run).
 
-* Vectors: the real MiniLM embeddings of ~2,200 distinct sentences (the turns and their
-  sentences of evals/longconv and the golden-set memories) are combined per memory as
+Memories go into the vector store through the `VectorStore` port the way the long-term
+tier writes them: `AddCommand.new_record` -> `to_payload` -> `VectorMemory.insert` (BM25
+sparse vector, `term_ids`, one upsert per `--batch`), each with its vector given, since
+embedding 1M texts with MiniLM takes hours on 2 cores:
+
+* Vectors: the embeddings of ~2,700 distinct real sentences (the turns and their sentences
+  of evals/longconv and the golden-set memories) combined per memory as
   ``normalise(e_a + w e_b + N(0, 0.015^2))``, w uniform in 0.2..0.6 (scale_kit), and the
   memory's text is sentence a followed by sentence b, so BM25 terms and dense vectors agree.
-* Queries: the 234 real questions of evals (longconv questions, golden queries), embedded
-  by the real model; each measured query is a question drawn at random per user.
+  `--corpus-vectors` says what embeds the sentences: `minilm` (torch, cached on disk),
+  `onnx` (the server's default runtime, same vector space) or `hash` (hashed unit vectors:
+  no model, for smoke runs; the service phase then embeds with them too).
+* Queries: the real questions of evals (longconv questions, golden queries), embedded
+  the same way; each measured query is a question drawn at random per user.
 
 Measured per user sample (`--search-users`, `--queries`):
 
@@ -22,9 +31,9 @@ Measured per user sample (`--search-users`, `--queries`):
 * tier search: `VectorMemory.search`, the long-term tier's whole ranking (same store
   calls, per-user IDF, neighbouring turns, fusion), with the query vector given;
 * recall@10: dense-only store search (top 10) against exact cosine (numpy brute force
-  over that user's 10k vectors, regenerated from the seed);
+  over that user's vectors, regenerated from the seed);
 * service Retrieve (`--service-users`): the engine built by `build_app` on the same data
-  directory, `engine.retrieve` with the real MiniLM embedding each (new) query text.
+  directory, `engine.retrieve` with a (new) query text embedded each time.
 
 Progress goes to stdout (flushed); `--json` writes the results.
 """
@@ -47,11 +56,13 @@ from typing import Any
 
 import numpy as np
 
+from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.memory.vector_memory import NewPoint, VectorMemory
 from memoryd.core.models import AddCommand, Kind, RetrieveQuery, Scope, Tier
 from memoryd.settings import RetrievalSettings, Settings
-from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME, MiniLMEmbedder
+from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME
+from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.vectors.port import RrfParams, VectorStore
 from scale_kit import (
     Matrix,
@@ -68,6 +79,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TENANT = "default"
 SPEAKERS = ("Ana", "Ben")
 DAY0 = 1_680_000_000.0
+# Users x memories per user of each shape (DESIGN.md §6: 1M memories either way).
+SHAPES = {"heavy": (100, 10_000), "many": (10_000, 100)}
 
 
 def rss_mib() -> float:
@@ -85,15 +98,52 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def embedded(sentences: list[str], questions: list[str], threads: int) -> tuple[Matrix, Matrix]:
-    """The real MiniLM embeddings of the corpus, cached on disk by content hash."""
-    digest = hashlib.sha256("\x00".join([MINILM_NAME, *sentences, "\x01", *questions]).encode())
+class HashVectors:
+    """MiniLM's name and dimension, hashed unit vectors: no model, deterministic."""
+
+    name = MINILM_NAME
+    dim = MINILM_DIM
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        out = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+            out.append(normalise(np.random.default_rng(seed).standard_normal(self.dim)).tolist())
+        return out
+
+    def warm(self) -> None:
+        return None
+
+
+def corpus_embedder(kind: str, threads: int) -> Embedder:
+    if kind == "hash":
+        return HashVectors()
+    if kind == "onnx":
+        from memoryd.stores.embeddings import MiniLMOnnxEmbedder
+
+        return MiniLMOnnxEmbedder(threads)
+    import torch  # the thread count is process-wide: the service phase embeds with it too
+
+    from memoryd.stores.embeddings import MiniLMEmbedder
+
+    torch.set_num_threads(threads)
+    return MiniLMEmbedder(threads=threads)
+
+
+def embedded(
+    sentences: list[str], questions: list[str], kind: str, threads: int
+) -> tuple[Matrix, Matrix]:
+    """The corpus's embeddings; a model's are cached on disk by content hash."""
+    if kind == "hash":
+        model = corpus_embedder(kind, threads)
+        return normalise(model.embed(sentences)), normalise(model.embed(questions))
+    digest = hashlib.sha256("\x00".join([kind, *sentences, "\x01", *questions]).encode())
     cache = Path.home() / ".cache/memoryd-bench" / f"corpus-{digest.hexdigest()[:16]}.npz"
     if cache.is_file():
         with np.load(cache) as saved:
             return saved["base"], saved["queries"]
-    log(f"embedding {len(sentences):,} sentences and {len(questions)} questions with MiniLM")
-    model = MiniLMEmbedder(threads=threads)
+    log(f"embedding {len(sentences):,} sentences and {len(questions)} questions ({kind})")
+    model = corpus_embedder(kind, threads)
     base = normalise(model.embed(sentences))
     queries = normalise(model.embed(questions))
     cache.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +152,8 @@ def embedded(sentences: list[str], questions: list[str], threads: int) -> tuple[
 
 
 class GivenVectors:
-    """An embedder answering with vectors handed to it beforehand (by text)."""
+    """An embedder answering with vectors handed to it beforehand (by text): the query
+    vector of a tier search, which embeds its query through the batcher."""
 
     name = MINILM_NAME
     dim = MINILM_DIM
@@ -145,48 +196,54 @@ def user_vectors(base: Matrix, user: int, per_user: int, seed: int) -> tuple[Any
     return synthetic_memories(base, per_user, seed * 1_000_003 + user)
 
 
+def new_point(text: str, user: int, row: int, vector: list[float]) -> NewPoint:
+    """Row `row` of user `user` as the long-term tier writes it, its vector given."""
+    session = f"s{row // 100}"
+    scope = Scope(tenant=TENANT, user_id=user_name(user), session_id=session)
+    cmd = AddCommand(
+        scope=scope,
+        tier=Tier.LONG_TERM,
+        content=text,
+        metadata={"speaker": SPEAKERS[row % 2]},
+    )
+    now = DAY0 + row * 600.0
+    record = cmd.new_record(cmd.content, Kind.NOTE, now, None)
+    record.id = memory_id(user, row)
+    record.occurred_at = now
+    record.position = row % 100 + 1
+    digest = content_hash(scope, Tier.LONG_TERM, "", record.content)
+    payload = to_payload(record, scope, digest, 1024)
+    return NewPoint(record, payload, embed_text_of(payload), vector=vector)
+
+
 async def load(
-    memory: VectorMemory,
-    given: GivenVectors,
-    sentences: list[str],
-    base: Matrix,
-    args: argparse.Namespace,
+    memory: VectorMemory, sentences: list[str], base: Matrix, args: argparse.Namespace
 ) -> dict[str, float]:
     started = time.perf_counter()
     last = started
+    # A progress line per user of a few heavy users, per hundredth of many light ones.
+    every = max(1, args.users // 100)
+    points: list[NewPoint] = []
     for user in range(args.users):
         a, b, vectors = user_vectors(base, user, args.per_user, args.seed)
-        for first in range(0, args.per_user, args.batch):
-            points: list[NewPoint] = []
-            given.table.clear()
-            for row in range(first, min(first + args.batch, args.per_user)):
-                session = f"s{row // 100}"
-                scope = Scope(tenant=TENANT, user_id=user_name(user), session_id=session)
-                cmd = AddCommand(
-                    scope=scope,
-                    tier=Tier.LONG_TERM,
-                    content=f"{sentences[a[row]]} {sentences[b[row]]}",
-                    metadata={"speaker": SPEAKERS[row % 2]},
-                )
-                now = DAY0 + row * 600.0
-                record = cmd.new_record(cmd.content, Kind.NOTE, now, None)
-                record.id = memory_id(user, row)
-                record.occurred_at = now
-                record.position = row % 100 + 1
-                digest = content_hash(scope, Tier.LONG_TERM, "", record.content)
-                payload = to_payload(record, scope, digest, 1024)
-                text = embed_text_of(payload)
-                given.table[text] = vectors[row].tolist()
-                points.append(NewPoint(record, payload, text))
-            await memory.insert(points)
-        now_t = time.perf_counter()
-        done = (user + 1) * args.per_user
-        log(
-            f"loaded user {user + 1}/{args.users} ({done:,} memories) in "
-            f"{now_t - last:.1f} s; total {now_t - started:.0f} s, "
-            f"{done / (now_t - started):,.0f}/s, rss {rss_mib():,.0f} MiB"
-        )
-        last = now_t
+        for row in range(args.per_user):
+            text = f"{sentences[a[row]]} {sentences[b[row]]}"
+            points.append(new_point(text, user, row, vectors[row].tolist()))
+            if len(points) == args.batch:
+                await memory.insert(points)
+                points = []
+        if (user + 1) % every == 0 or user + 1 == args.users:
+            if points:
+                await memory.insert(points)
+                points = []
+            now_t = time.perf_counter()
+            done = (user + 1) * args.per_user
+            log(
+                f"loaded user {user + 1:,}/{args.users:,} ({done:,} memories) in "
+                f"{now_t - last:.1f} s; total {now_t - started:.0f} s, "
+                f"{done / (now_t - started):,.0f}/s, rss {rss_mib():,.0f} MiB"
+            )
+            last = now_t
     memory.store.flush()
     elapsed = time.perf_counter() - started
     return {"load_s": elapsed, "load_per_s": args.users * args.per_user / elapsed}
@@ -274,7 +331,8 @@ async def service_phase(
     """`engine.retrieve` through the app built on the loaded data (real query embedding)."""
     from memoryd.app import build_app
 
-    app = await build_app(settings_for(args.adapter, data_dir))
+    embedder = HashVectors() if args.corpus_vectors == "hash" else None
+    app = await build_app(settings_for(args.adapter, data_dir), embedder=embedder)
     rng = random.Random(args.seed + 1)
     users = rng.sample(range(args.users), min(args.service_users, args.users))
     # Each query text once in the whole run: no embedding cache hit.
@@ -304,25 +362,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     data_dir: Path = args.data_dir or Path(tempfile.mkdtemp(prefix="memoryd-1m-"))
     os.makedirs(data_dir, exist_ok=True)
     result: dict[str, Any] = {
+        "shape": args.shape,
         "adapter": args.adapter,
+        "corpus_vectors": args.corpus_vectors,
         "users": args.users,
         "per_user": args.per_user,
         "memories": args.users * args.per_user,
         "data_dir": str(data_dir),
     }
     sentences, questions = eval_corpus(ROOT)
-    import torch  # the thread count is process-wide: the service phase embeds with it too
-
-    torch.set_num_threads(args.threads)
-    result["torch_threads"] = args.threads
-    base, qvecs = embedded(sentences, questions, args.threads)
+    result["embedder_threads"] = args.threads
+    base, qvecs = embedded(sentences, questions, args.corpus_vectors, args.threads)
     rss0 = rss_mib()
     result["rss_before_load_mib"] = rss0
     given = GivenVectors()
     store = open_store(args.adapter, data_dir)
-    memory = VectorMemory(store, given, RetrievalSettings(), clock=time.time)
+    batcher = EmbeddingBatcher(given)
+    memory = VectorMemory(store, batcher, RetrievalSettings(), clock=time.time)
     if not args.skip_load:
-        result |= await load(memory, given, sentences, base, args)
+        result |= await load(memory, sentences, base, args)
     result["count"] = store.count()
     result["rss_after_load_mib"] = rss_mib()
     result["rss_growth_mib"] = result["rss_after_load_mib"] - rss0
@@ -333,6 +391,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     result |= await search_phase(memory, given, base, questions, qvecs, args)
     result["rss_after_search_mib"] = rss_mib()
+    await batcher.close()
     store.close()
     if args.service_users:
         result |= await service_phase(data_dir, questions, args)
@@ -343,21 +402,31 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shape", choices=tuple(SHAPES), default="heavy")
     parser.add_argument("--adapter", choices=("edge", "qdrant"), default="edge")
-    parser.add_argument("--users", type=int, default=100)
-    parser.add_argument("--per-user", type=int, default=10_000)
+    parser.add_argument("--users", type=int, help="users (default: the shape's)")
+    parser.add_argument("--per-user", type=int, help="memories per user (default: the shape's)")
+    parser.add_argument(
+        "--corpus-vectors",
+        choices=("minilm", "onnx", "hash"),
+        default="minilm",
+        help="what embeds the corpus sentences and questions (hash: no model)",
+    )
     parser.add_argument("--batch", type=int, default=500, help="memories per upsert")
     parser.add_argument("--search-users", type=int, default=20)
     parser.add_argument("--queries", type=int, default=25, help="per searched user")
     parser.add_argument("--service-users", type=int, default=4)
     parser.add_argument("--service-queries", type=int, default=25, help="per service user")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (queries)")
+    parser.add_argument("--threads", type=int, default=1, help="threads of the corpus model")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--data-dir", type=Path, help="keep the store here (reused if loaded)")
     parser.add_argument("--skip-load", action="store_true", help="--data-dir already loaded")
     parser.add_argument("--keep", action="store_true", help="keep the temporary data dir")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
+    users, per_user = SHAPES[args.shape]
+    args.users = users if args.users is None else args.users
+    args.per_user = per_user if args.per_user is None else args.per_user
     result = asyncio.run(run(args))
     text = json.dumps(result, indent=2)
     print(text)
