@@ -10,6 +10,7 @@ store, then reports the process RSS growth and the on-disk size per point.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import resource
 import tempfile
@@ -55,6 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--points", type=int, default=50_000)
     parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     rng = random.Random(7)
     with tempfile.TemporaryDirectory() as directory:
@@ -62,7 +64,8 @@ def main() -> None:
         before = rss_mib()
         started = time.perf_counter()
         for first in range(0, args.points, args.batch):
-            store.upsert([a_point(rng, n) for n in range(first, first + args.batch)])
+            last = min(first + args.batch, args.points)
+            store.upsert([a_point(rng, n) for n in range(first, last)])
         store.flush()
         elapsed = time.perf_counter() - started
         after = rss_mib()
@@ -71,8 +74,21 @@ def main() -> None:
         print(f"points: {args.points}  load: {elapsed:.1f} s")
         print(f"rss: {before:.0f} -> {after:.0f} MiB, {per_point:.0f} B/point")
         print(f"disk: {disk / 2**20:.0f} MiB, {disk / args.points:.0f} B/point")
-        print(f"count: {store.count()}")
+        count = store.count()
+        print(f"count: {count}")
         store.close()
+    if args.json:
+        result = {
+            "points": args.points,
+            "count": count,
+            "load_s": elapsed,
+            "rss_before_mib": before,
+            "rss_after_mib": after,
+            "rss_bytes_per_point": per_point,
+            "disk_mib": disk / 2**20,
+            "disk_bytes_per_point": disk / args.points,
+        }
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

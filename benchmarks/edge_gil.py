@@ -16,10 +16,12 @@ terms each), then measures, for the search a Retrieve makes (hybrid, 40 per sour
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 
@@ -50,7 +52,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--points", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
+    result: dict[str, float] = {"points": args.points}
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory() as folder:
         store = EdgeVectorStore(folder, DIM)
@@ -82,6 +86,7 @@ def main() -> None:
                 w.start()
             for w in workers:
                 w.join()
+            result[f"searches_per_s_{threads}_threads"] = sum(done) / args.seconds
             print(f"{threads} thread(s): {sum(done) / args.seconds:7.0f} searches/s")
 
         def spin(seconds: float) -> int:
@@ -102,8 +107,11 @@ def main() -> None:
         beside = spin(args.seconds)
         stop.set()
         worker.join()
+        result["python_loop_beside_searches"] = beside / alone
         print(f"a Python loop beside a thread of searches: {beside / alone:.2f} of its speed alone")
         store.close()
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":
