@@ -37,7 +37,9 @@ def main() -> int:
     p.add_argument("--scenario", default="add_working")
     p.add_argument("--driver", default="auto")
     p.add_argument("--out", type=Path, help="keep the reports here")
+    p.add_argument("--json", type=Path, help="write the rounds here")
     args = p.parse_args()
+    rows: list[dict[str, object]] = []
     out = args.out or Path(tempfile.mkdtemp(prefix="memoryd-ab-"))
     sides = {}
     for side, spec in (("A", args.a), ("B", args.b)):
@@ -67,13 +69,30 @@ def main() -> int:
                 used = cpu_seconds(pid) - before
                 report = json.loads((run_dir / f"{args.scenario}-c{c}.json").read_text())
                 ms = {d["percentage"]: d["latency"] / 1e6 for d in report["latencyDistribution"]}
+                cpu_us = used / report["count"] * 1e6
+                rows.append(
+                    {
+                        "side": side,
+                        "round": r,
+                        "scenario": args.scenario,
+                        "concurrency": c,
+                        "count": report["count"],
+                        "rps": report["rps"],
+                        "p50_ms": ms[50],
+                        "p99_ms": ms[99],
+                        "server_cpu_us_per_call": cpu_us,
+                        "loadavg": load,
+                    }
+                )
                 print(
                     f"{side} round {r} {args.scenario} c={c:<3d} rps {report['rps']:6.0f} "
                     f"p50 {ms[50]:.3f} p99 {ms[99]:.3f} ms  server CPU "
-                    f"{used / report['count'] * 1e6:4.0f} us/call  load {load:.1f}",
+                    f"{cpu_us:4.0f} us/call  load {load:.1f}",
                     flush=True,
                 )
     print(f"reports in {out}")
+    if args.json:
+        args.json.write_text(json.dumps({"reports": str(out), "runs": rows}, indent=2) + "\n")
     return 0
 
 

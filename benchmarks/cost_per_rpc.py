@@ -10,6 +10,7 @@ so CPU ms per call bounds the calls per second one core can serve.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 import uuid
@@ -37,7 +38,10 @@ def main() -> None:
     parser.add_argument("--pid", type=int, required=True)
     parser.add_argument("--redis-port", type=int)
     parser.add_argument("-n", type=int, default=300)
+    parser.add_argument("--settle", type=float, default=2.0, help="seconds between steps")
+    parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
+    rows: list[dict[str, Any]] = []
     stub = memory_pb2_grpc.MemoryServiceStub(grpc.insecure_channel(args.target))
     r = redis.Redis(port=args.redis_port) if args.redis_port else None
     sc = pb.Scope(
@@ -62,19 +66,29 @@ def main() -> None:
     ]
     print(f"{'operation':32} {'ms/call':>8} {'cpu ms':>7} {'calls/s/core':>12} {'redis/call':>10}")
     for name, call in ops:
-        time.sleep(2)  # let background work of the previous step (write-behind) settle
+        time.sleep(args.settle)  # background work of the previous step (write-behind) settles
         cpu0, cmd0, t0 = cpu_s(args.pid), commands(), time.perf_counter()
         for i in range(args.n):
             call(i)
         wall = time.perf_counter() - t0
         if name == "Add short_term":
-            time.sleep(3)  # the write-behind copies belong to this step's cost
+            time.sleep(1.5 * args.settle)  # the write-behind copies belong to this step's cost
         cpu = cpu_s(args.pid) - cpu0
         redis_ops = (commands() - cmd0) / args.n
         per = cpu / args.n * 1000
+        rows.append(
+            {
+                "operation": name,
+                "ms_per_call": wall / args.n * 1000,
+                "cpu_ms_per_call": per,
+                "redis_commands_per_call": redis_ops,
+            }
+        )
         print(
             f"{name:32} {wall / args.n * 1000:8.2f} {per:7.2f} {1000 / per:12.0f} {redis_ops:10.1f}"
         )
+    if args.json:
+        args.json.write_text(json.dumps({"calls": args.n, "operations": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

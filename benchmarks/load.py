@@ -689,6 +689,13 @@ def _wait_serving(target: str, timeout_s: float) -> None:
 
 @contextmanager
 def started_server(env: dict[str, str], data_dir: Path) -> Iterator[str]:
+    with server_process(env, data_dir) as (target, _):
+        yield target
+
+
+@contextmanager
+def server_process(env: dict[str, str], data_dir: Path) -> Iterator[tuple[str, int]]:
+    """`memoryd serve` of this tree on a free port, once SERVING: its target and pid."""
     target = f"127.0.0.1:{_free_port()}"
     full_env = {
         **os.environ,
@@ -703,7 +710,7 @@ def started_server(env: dict[str, str], data_dir: Path) -> Iterator[str]:
     server = subprocess.Popen([sys.executable, "-m", "memoryd", "serve"], env=full_env)
     try:
         _wait_serving(target, 600)
-        yield target
+        yield target, server.pid
     finally:
         server.terminate()
         try:

@@ -149,6 +149,7 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=100_000)
     parser.add_argument("--users", type=int, default=100)
     parser.add_argument("--data-dir", type=Path, help="default: a temporary directory")
+    parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args()
     if args.data_dir is not None:
         report = asyncio.run(run(args.memories, args.users, args.data_dir))
@@ -156,6 +157,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="memoryd-footprint-") as tmp:
             report = asyncio.run(run(args.memories, args.users, Path(tmp)))
     print(json.dumps(report, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import json
 import random
 import tempfile
 import time
@@ -81,7 +82,7 @@ def _pct(samples: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
-async def _measure(data_dir: Path, user: str, queries: int) -> None:
+async def _measure(data_dir: Path, user: str, queries: int) -> list[dict[str, Any]]:
     settings = Settings(data_dir=data_dir)
     app = await build_app(settings)
     engine = app.engine
@@ -106,6 +107,7 @@ async def _measure(data_dir: Path, user: str, queries: int) -> None:
         ("no speaker lift", {"speaker_lift": 0.0}, 0),
         ("MMR diversity 0.3", {"diversity": 0.3}, 0),
     ]
+    measured: list[dict[str, Any]] = []
     for name, changes, window in rows:
         for key, value in defaults.items():
             setattr(retrieval, key, changes.get(key, value))
@@ -125,11 +127,21 @@ async def _measure(data_dir: Path, user: str, queries: int) -> None:
             )
             total.append((time.perf_counter() - started) * 1000)
             embedding.append(found.embedding_ms)
+        measured.append(
+            {
+                "row": name,
+                "queries": len(total),
+                "p50_ms": _pct(total, 50),
+                "p99_ms": _pct(total, 99),
+                "embedding_p50_ms": _pct(embedding, 50),
+            }
+        )
         print(
             f"{name:30s} p50 {_pct(total, 50):6.1f} ms  p99 {_pct(total, 99):6.1f} ms  "
             f"(of which embedding p50 {_pct(embedding, 50):5.1f} ms)"
         )
     await app.close()
+    return measured
 
 
 def main() -> None:
@@ -137,12 +149,16 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=200, help="per row")
     parser.add_argument("--data-dir", type=Path, help="reuse a directory written before")
+    parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     user = "scale"
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="memoryd-scale-"))
     if args.data_dir is None or not any(data_dir.iterdir()):
         asyncio.run(_fill(data_dir, args.memories, user))
-    asyncio.run(_measure(data_dir, user, args.queries))
+    rows = asyncio.run(_measure(data_dir, user, args.queries))
+    if args.json:
+        result = {"memories": args.memories, "rows": rows}
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -45,12 +45,13 @@ WARM_QUERIES = ("warm up", "HRN-2304 on 4 May 2023")
 
 
 async def memoryd_side(workload: dict[str, Any], data_dir: Path) -> dict[str, Any]:
-    import torch
-
     from memoryd.app import build_app
     from memoryd.settings import Settings
 
-    torch.set_num_threads(workload["threads"])
+    if workload["embedder"] == "minilm":
+        import torch  # its thread count is process-wide
+
+        torch.set_num_threads(workload["threads"])
     texts: list[str] = workload["texts"]
     limits = {"max_memories": len(texts) + 10, "max_bytes": 10**12}
     started = time.perf_counter()
