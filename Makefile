@@ -58,7 +58,8 @@ fuzz: install redis
 
 # The load harness against a server it starts (benchmarks/load.py; BENCH_ARGS to narrow it,
 # e.g. BENCH_ARGS="-z 5s --scenarios add_long_term,retrieve_new"). Reports go to
-# benchmarks/results/<time>/; results so far are in benchmarks/RESULTS.md. The client
+# benchmarks/results/<time>/; current figures are in benchmarks/README.md, dated runs in
+# benchmarks/log/. The client
 # processes are the Go driver (benchmarks/driver, built at run time; needs `make
 # clients-deps`), else Python ones, with a note: BENCH_ARGS="--driver python" forces them.
 bench: install

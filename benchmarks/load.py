@@ -13,7 +13,7 @@ The client processes are Go (``--driver go``, benchmarks/driver/: compiled, goro
 callers, ghz's way) when Debian's Go toolchain and packaged grpc libraries are installed
 (``make clients-deps``), built into a temporary directory at start; else Python grpc.aio
 processes (``--driver python``), which cost the shared cores far more and add their own
-latency to every call (RESULTS.md: "The load drivers"). The report says which ran. A
+latency to every call: compare figures of one driver only. The report says which ran. A
 report per run is written with ghz's field names (benchmarks/ghz_report.py), plus
 ``summary.json`` with the machine's load average around every run, the 10k-memory fill's
 rate, and the configured embedder's own batched throughput on the long-term Adds' texts
@@ -24,7 +24,8 @@ structured; add_batch (skipped when the contract has no AddBatch); retrieve_cach
 retrieve_new (the same few queries, or a new query every call) over one user with
 ``--fill`` long-term memories; add_long_term_one_user (every caller adds for one
 user); retrieve_empty (a user with nothing); render_context (new
-queries over the filled user). Targets are checked here and in RESULTS.md, never in tests.
+queries over the filled user). Targets are read against benchmarks/README.md, never
+checked in tests.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The benchmarks' ground truth (benchmarks/scale_kit.py): exact search, recall@k,
 percentiles and the synthetic memories. A wrong ground truth would make every recall
-figure in benchmarks/RESULTS.md meaningless, so it is pinned here."""
+figure in benchmarks/README.md meaningless, so it is pinned here."""
 
 from __future__ import annotations
 

@@ -5,13 +5,14 @@ oldest requests and embeds them in one ``Embedder.embed`` call on its own worker
 the event loop never runs the model. Requests that come while a batch runs form the next
 one. Under load (the previous batch held several requests) the dispatcher also waits up
 to ``max_wait_s`` after the oldest request arrived for others to join, unless the batch is
-full; a lone caller on an idle server never waits. The server's default is no wait at all
-(benchmarks/RESULTS.md: at 50 callers a 2 ms wait lost ~10 % of long-term Add RPS).
+full; a lone caller on an idle server never waits. The server's default is no wait at all:
+under load a batch fills while the previous one runs, so a wait only delays it (at 50
+callers a 2 ms wait cost ~10 % of long-term Add RPS).
 
 With ``concurrency`` above one, a further call starts beside running ones only once
 ``parallel_backlog`` texts wait: a local model then spreads a real backlog over more cores
 (long-term Adds at 50 callers), while a trickle of queries joins the next batch whole
-instead of taking a core from the event loop for a batch of one (benchmarks/RESULTS.md).
+instead of taking a core from the event loop for a batch of one (ADR 0301).
 
 A request that is cancelled (its client went away, or its gRPC deadline passed: grpc.aio
 cancels the handler) leaves the queue and its texts are not embedded; one whose batch is

@@ -196,7 +196,7 @@ def _quantize_dynamic(source: Path, workdir: Path, target: Path) -> None:
     folded = _fold(source, workdir)
     # Every MatMul with constant weights goes int8 (per output channel); the attention
     # products of two activations stay float. Keeping the feed-forward output projections
-    # float as well was tried: same recall, half the speed (benchmarks/RESULTS.md).
+    # float as well gives the same recall at half the speed.
     with _QuietQuantizer():
         quantize_dynamic(folded, target, per_channel=True, weight_type=QuantType.QInt8)
 

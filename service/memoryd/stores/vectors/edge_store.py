@@ -13,7 +13,7 @@ Layout under ``path``: ``<collection>/`` is the edge shard (segments + WAL) and
   engine keeps the GIL while it searches (qdrant-edge-py 0.9, measured: a Python loop
   beside a thread of searches runs at half its speed on 2 idle cores), so a search in a
   worker thread keeps the event loop free of its latency but not of its CPU: searches
-  and all Python work of the process take turns (benchmarks/RESULTS.md, session 8).
+  and all Python work of the process take turns (benchmarks/edge_gil.py shows it).
 * The shard is this process's alone (the engine locks it), so every write passes through
   here: `generation` moves with each of them (per user: with each write that touches the
   user's points), and what the core derives from the points (the per-user term counts)
