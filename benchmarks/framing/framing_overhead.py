@@ -43,7 +43,13 @@ def memoryd(target: str | None) -> Iterator[str]:
         yield target
         return
     with tempfile.TemporaryDirectory(prefix="memoryd-bench-") as data:
-        env = {**os.environ, "MEMORYD_DATA_DIR": data, "PYTHONPATH": str(ROOT / "service")}
+        env = {
+            **os.environ,
+            "MEMORYD_DATA_DIR": data,
+            "PYTHONPATH": str(ROOT / "service"),
+            # Metrics on a free port: another server on this machine may hold the fixed one.
+            "MEMORYD_METRICS__LISTEN": "127.0.0.1:0",
+        }
         proc = subprocess.Popen(
             [sys.executable, "-m", "memoryd", "serve", "--listen", "127.0.0.1:0"],
             env=env,
@@ -52,11 +58,13 @@ def memoryd(target: str | None) -> Iterator[str]:
         )
         try:
             assert proc.stderr is not None
+            seen: list[str] = []
             for line in proc.stderr:
+                seen.append(line)
                 if found := re.search(r"MemoryService on port (\d+)", line):
                     break
             else:
-                raise RuntimeError("memoryd did not start")
+                raise RuntimeError("memoryd did not start:\n" + "".join(seen[-20:]))
             yield f"127.0.0.1:{found.group(1)}"
         finally:
             proc.terminate()
