@@ -22,7 +22,6 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from write_load import missing_long_term
 from memoryd.stores.usage.port import CounterKey
 from memoryd.stores.usage.redis_counters import RedisCounters
 from memoryd.v1 import memory_pb2 as pb
@@ -31,6 +30,7 @@ from openai_stub import OpenAIStub, running_openai_stub
 from redis_cluster import RedisCluster
 from redis_server import RedisServer, free_port
 from rpc import scope
+from write_load import missing_long_term
 
 SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"
 LT, E = pb.TIER_LONG_TERM, pb.TIER_ENTITY
