@@ -300,3 +300,40 @@ def test_a_failure_ends_the_bar_line_without_a_summary() -> None:
     assert text.startswith("\rexport:  50%|") and text.endswith("\n") and text.count("\n") == 1
     bar(2, 2)  # a late report (another thread) after the end is ignored
     assert out.getvalue() == text
+
+
+def test_a_wait_after_the_last_item_is_said_at_once_then_replaced_by_the_final_line() -> None:
+    for tty in (False, True):
+        clock = MovableClock(0.0)
+        out = io.StringIO()
+        with Progress("import", "items", stream=out, tty=tty, columns=100, clock=clock) as bar:
+            bar(0, 4)
+            bar(4, 4)
+            bar.wait("sent; memoryd is verifying and storing them")
+            waiting = out.getvalue()
+            clock.now = 6.0  # the server's work: no milestone line, no frame meanwhile
+            bar.close("imported 4 items")
+        said = "import: 4/4 items sent; memoryd is verifying and storing them"
+        if tty:
+            assert waiting.endswith(f"\r{said} ...")
+            final = out.getvalue().removeprefix(waiting)
+            # Over the waiting line, blanking its rest.
+            line = "imported 4 items [00:06, 0.7 items/s]".ljust(len(said) + 4)
+            assert final == f"\r{line}\n"
+        else:
+            assert waiting == f"{said}\n"
+            assert out.getvalue() == f"{said}\nimported 4 items [00:06, 0.7 items/s]\n"
+
+
+async def test_import_says_while_the_server_verifies_and_stores(
+    start_server: ServerFactory, user_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = await start_server()
+    await fill(s, user_id)
+    dump = tmp_path / "dump.jsonl"
+    assert await run("export", "--target", target(s), "--user", user_id, "-o", str(dump)) == 0
+    capsys.readouterr()
+    assert await run("import", "--target", target(s), "--user", f"{user_id}-2", str(dump)) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "import: 4/4 items sent; memoryd is verifying and storing them"
+    assert err[-1].startswith("import: 4/4 items [")

@@ -255,6 +255,10 @@ def _import(stub: memory_pb2_grpc.MemoryServiceStub, args: argparse.Namespace) -
                 yield request
         except _Failed as err:
             problem = err
+            return
+        # Everything is sent; the server now checks the checksum and embeds and stores
+        # every item before it answers (seconds for a large file): say so meanwhile.
+        bar.wait("sent; memoryd is verifying and storing them")
 
     with bar, path.open(encoding="utf-8") as lines:
         try:
