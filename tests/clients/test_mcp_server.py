@@ -182,8 +182,9 @@ async def test_server_info_names_memoryd_and_its_version(
         cwd=str(ROOT),
     )
     async with Client(server) as client:
-        assert client.server_info.name == "memoryd"
-        assert client.server_info.version == __version__ != ""
+        info = client.server_info
+        assert info is not None and info.name == "memoryd"
+        assert info.version == __version__ != ""
 
 
 async def test_a_missing_key_and_a_rate_limited_query_are_named_to_the_model(
