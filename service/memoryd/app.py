@@ -58,6 +58,7 @@ from memoryd.stores.queue.port import WriteBehindQueue
 from memoryd.stores.ratelimit.port import TokenBuckets
 from memoryd.stores.usage.port import UsageCounters
 from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore, VectorStoreError
+from memoryd.transport.metrics import StorageGauge
 from memoryd.transport.telemetry import Telemetry
 from memoryd.transport.tracing import TracingUnavailable
 
@@ -382,7 +383,10 @@ async def _build_app(
 
     quotas = QuotaProfiles(settings.quotas, settings.long_term)
     buckets = build_buckets(settings)
-    counters = usage_adapters.ADAPTERS[usage_adapters.adapter_name(settings)](settings)
+    counters = StorageGauge(
+        usage_adapters.ADAPTERS[usage_adapters.adapter_name(settings)](settings),
+        telemetry.metrics,  # memory_storage_bytes moves with the counters between surveys
+    )
     locks = lock_adapters.ADAPTERS[lock_adapters.adapter_name(settings)](settings)
     deps = TierDeps(
         settings=settings,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from limited_server import limited_server
 
 from conftest import RunningServer, ServerFactory
 from memoryd.cli.client_commands import add_client_commands, run_client_command
@@ -288,3 +289,26 @@ async def test_add_batch_reports_each_item_sync_and_async(
         assert all(r.ok and r.operation is Operation.ADD for r in batch.results)
         with pytest.raises(InvalidArgument):
             await client.add_batch([])
+
+
+async def test_a_rate_limited_query_says_so_in_both_clients_results(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
+    limited = await limited_server(start_server, tmp_path, user_id)
+    async with AsyncMemoryClient(limited.target, api_key=limited.key) as client:
+        await client.add(user_id=user_id, content="Ana prefers window seats", tier="long_term")
+        answered = await client.retrieve(user_id=user_id, query="seats", tiers=["long_term"])
+        assert answered.rate_limited is False and len(answered.items) == 1
+        # Past the one query a minute: no items, and the result says why.
+        limited_hits = await client.retrieve(user_id=user_id, query="bikes", tiers=["long_term"])
+        assert limited_hits.rate_limited is True and limited_hits.items == []
+        rendered = await client.render_context(user_id=user_id, query="bikes")
+        assert rendered.rate_limited is True and rendered.context == ""
+
+    def sync_scenario() -> None:
+        with MemoryClient(limited.target, api_key=limited.key) as client:
+            hits = client.retrieve(user_id=user_id, query="trains", tiers=["long_term"])
+            assert hits.rate_limited is True and hits.items == []
+            assert client.render_context(user_id=user_id, query="trains").rate_limited is True
+
+    await asyncio.to_thread(sync_scenario)

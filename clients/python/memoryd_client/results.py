@@ -204,12 +204,18 @@ class AddBatchResult(_FromProto):
 
 @dataclass(frozen=True)
 class RetrieveResult(_FromProto):
+    """`rate_limited`: the caller's query rate was reached, so `items` are a recent answer
+    to the same request or none at all; no items then does not mean nothing is stored.
+    `skipped_tiers`: tiers left out because their store could not be reached."""
+
     items: list[MemoryItem]
     total_count: int
     embedding_ms: float
     retrieval_ms: float
     token_count: int
     truncated: bool
+    rate_limited: bool
+    skipped_tiers: list[Tier]
     proto: pb.RetrieveResponse = _HIDDEN
 
 
@@ -282,12 +288,15 @@ class UsageResult(_FromProto):
 
 @dataclass(frozen=True)
 class RenderedContext(_FromProto):
-    """`context` is the `<memory>` block for a system prompt ("" when nothing is relevant)."""
+    """`context` is the `<memory>` block for a system prompt ("" when nothing is relevant,
+    or, with `rate_limited`, when the caller's query rate was reached and no recent answer
+    to the same request was at hand: then "" does not mean nothing is stored)."""
 
     context: str
     token_count: int
     truncated: bool
     item_count: int
+    rate_limited: bool
     proto: pb.RenderContextResponse = _HIDDEN
 
 

@@ -285,6 +285,9 @@ export class MemoryClient {
     return this.unary(m.name, m.input, m.output, request, options);
   }
 
+  /** The memories relevant to a query. `rateLimited` set means the caller's query rate was
+   * reached: `items` are a recent answer to the same request or none, which is not an
+   * empty memory (retry later). */
   retrieve(args: RetrieveArgs, options?: CallOptions): Promise<RetrieveResponse> {
     const [scope, { tiers = [], kinds = [], ...rest }] = split(args);
     const m = this.method("retrieve");
@@ -370,6 +373,8 @@ export class MemoryClient {
     return this.unary(m.name, m.input, m.output, create(UsageRequestSchema, { scope }), options);
   }
 
+  /** The `<memory>` block for a system prompt. With `rateLimited` an empty `context` means
+   * the query rate was reached, not that nothing is stored. */
   renderContext(args: RenderContextArgs, options?: CallOptions): Promise<RenderContextResponse> {
     const [scope, { tiers = [], ...rest }] = split(args);
     const m = this.method("renderContext");
