@@ -55,6 +55,11 @@ class VectorTier:
         # removal uncounts what each counts.
         self._ledgers: list[Ledger] = []
 
+    @property
+    def counted(self) -> bool:
+        """Whether the tier keeps usage counters (it has quotas)."""
+        return bool(self._ledgers)
+
     def can_retrieve(self, scope: Scope) -> bool:
         return True
 
