@@ -173,6 +173,42 @@ async def test_an_imported_document_with_a_lone_surrogate_writes_nothing(
     assert await export_items(server, user_id) == []
 
 
+NOT_STRICT_JSON = [
+    '{"price": NaN}',
+    '{"price": Infinity}',
+    '{"prices": [1, -Infinity]}',
+    '{"price": 1e999}',
+    '{"price": {"max": -1e999}}',
+    '{"price": 1' + "0" * 400 + "}",
+]
+
+
+@pytest.mark.parametrize("document", NOT_STRICT_JSON)
+async def test_a_document_other_json_parsers_would_refuse_is_refused(
+    server: RunningServer, user_id: str, document: str
+) -> None:
+    err = await rpc_error(
+        server.stub.Add(pb.AddRequest(scope=scope(user_id), tier=SD, document_json=document))
+    )
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad_request_fields(err) == ["document_json"]
+    item = pb.MemoryItem(
+        id=str(uuid.uuid4()), tier=SD, kind=pb.KIND_DOCUMENT, document_json=document
+    )
+    err = await rpc_error(server.stub.Import(import_stream(user_id, [item])))
+    assert bad_request_fields(err) == ["item.document_json"]
+    assert await export_items(server, user_id) == []
+
+
+async def test_the_largest_and_smallest_finite_numbers_are_accepted(
+    server: RunningServer, user_id: str
+) -> None:
+    document = '{"big": 1.7976931348623157e308, "tiny": -5e-324, "count": 12345678901234567890}'
+    await server.stub.Add(pb.AddRequest(scope=scope(user_id), tier=SD, document_json=document))
+    [item] = await export_items(server, user_id)
+    assert item.document_json == document
+
+
 # --------------------------------------------------------------------------- filter keys
 
 
