@@ -8,8 +8,8 @@ Nothing here looks at stored data, so a refusal cannot tell whether another user
 | role   | may                                                                   |
 |--------|-----------------------------------------------------------------------|
 | reader | READ: Retrieve, Get, RenderContext, Export, Usage                     |
-| agent  | READ and WRITE: also Add, Delete, Prune (not a whole-user erasure), EndSession |
-| admin  | everything: also ERASE (Prune ALL with no tier named) and RESTORE (Import) |
+| agent  | READ and WRITE: also Add, Delete, Prune (not an erasure), EndSession   |
+| admin  | everything: also ERASE (Prune ALL with no tier named, or on a tier that keeps a cold archive) and RESTORE (Import) |
 
 agent and reader credentials may be bound to users (then only those); admin ones act for
 every user of their tenant.
@@ -27,7 +27,7 @@ from memoryd.core.models import AccessRole, Principal
 class Action(StrEnum):
     READ = "read"
     WRITE = "write"
-    # Erasing a user everywhere (tiers, archive, backups).
+    # Erasing a user everywhere (tiers, archive, backups), or a tier with its cold archive.
     ERASE = "erase"
     # Writing a whole export back (Import); backup/restore are its local counterparts.
     RESTORE = "restore"
