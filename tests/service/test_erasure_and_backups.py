@@ -340,4 +340,5 @@ async def test_backup_and_restore_commands_from_the_command_line(
     got = await s.stub.Get(pb.GetRequest(scope=scope(user_id), tier=LT, ids=[memory_id]))
     assert [i.content for i in got.items] == ["User prefers aisle seats"]
     audit = (tmp_path / "data" / "audit" / "access.jsonl").read_text().splitlines()
-    assert [json.loads(line)["event"] for line in audit] == ["backup", "restore"]
+    # The Prune ALL of an archived tier is an erasure, audited like the commands.
+    assert [json.loads(line)["event"] for line in audit] == ["backup", "admin_operation", "restore"]

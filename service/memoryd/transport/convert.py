@@ -223,7 +223,12 @@ def item_error(exc: MemorydError) -> pb.ItemError:
     """What a single Add of the item would have failed with, as one batch result's error."""
     row = status_map.row_of(exc)
     field = exc.violations[0].field if isinstance(exc, InvalidArgument) and exc.violations else ""
-    return pb.ItemError(code=row.code.value[0], message=str(exc), field=field, reason=row.reason)
+    return pb.ItemError(
+        code=row.code.value[0],
+        message=status_map.message_of(exc),
+        field=status_map.field_of(field),
+        reason=row.reason,
+    )
 
 
 def add_batch_response(
