@@ -59,6 +59,9 @@ T = TypeVar("T")
 
 
 class VectorMemory:
+    """The vector tiers' one way to the vector store and the embedder: filters, inserts,
+    reads page by page, removals, restores, and `search` (ranked by `HybridSearch`)."""
+
     def __init__(
         self,
         store: VectorStore,
