@@ -51,16 +51,21 @@ class Counts:
     live: int
     df: dict[int, int] = field(default_factory=dict)
 
-    def idf(self, terms: Sequence[int], df: Mapping[int, int] | None = None) -> dict[int, float]:
-        """Each term's BM25 IDF (as Qdrant's IDF modifier computes it) from `df`, else
-        from the entry's own counts, which then hold every term."""
+    def idf(
+        self, terms: Sequence[int], df: Mapping[int, int] | None = None
+    ) -> dict[int, float] | None:
+        """Each term's BM25 IDF (as Qdrant's IDF modifier computes it) from `df`, else from
+        the entry's own counts; None if a term is not counted. One pass, no membership test
+        first: another thread may add to (or clear) the entry's counts meanwhile."""
         frequencies = self.df if df is None else df
         live = self.live
-        return {t: math.log(1.0 + (live - (n := frequencies[t]) + 0.5) / (n + 0.5)) for t in terms}
-
-    def holds_all(self, terms: Sequence[int]) -> bool:
-        df = self.df
-        return all(t in df for t in terms)
+        idf = {}
+        for term in terms:
+            n = frequencies.get(term)
+            if n is None:
+                return None
+            idf[term] = math.log(1.0 + (live - n + 0.5) / (n + 0.5))
+        return idf
 
 
 def live_condition(now: float) -> Filter:
@@ -147,8 +152,8 @@ class TermCounts:
             first = expiring[0].payload.get(EXPIRES_FIELD) if expiring else None
             until = float(first) if isinstance(first, int | float) else math.inf
             entry = Counts(now, until, live)
-        missing = [t for t in terms if t not in entry.df]
-        known = {t: entry.df[t] for t in terms if t in entry.df}
+        known = {t: n for t in terms if (n := entry.df.get(t)) is not None}
+        missing = [t for t in terms if t not in known]
         if missing:
             counted = self._store.count_each(flt, TERMS_FIELD, missing)
             known.update(zip(missing, counted, strict=True))
@@ -156,7 +161,9 @@ class TermCounts:
                 entry.df.clear()
             entry.df.update(zip(missing, counted, strict=True))
         self._keep(owner, key, entry, generation)
-        return entry.idf(terms, known)
+        idf = entry.idf(terms, known)
+        assert idf is not None  # every term is in `known`
+        return idf
 
     def _keep(self, owner: Owner, key: str, entry: Counts, generation: int | None) -> None:
         self._cache.keep(

@@ -72,9 +72,10 @@ class HybridSearch:
             return TierHits(items=[], total=0)  # the empty case answers without embedding
         if known is None and await self._found_empty(flt):
             return TierHits(items=[], total=0)
+        idf_now = known.idf(terms) if known is not None else None
         idf_task = asyncio.ensure_future(
-            _ready(known.idf(terms))
-            if known is not None and known.holds_all(terms)
+            _ready(idf_now)
+            if idf_now is not None
             else memory.call(self._counts.idf, flt, terms)
             if terms
             else _ready({})
