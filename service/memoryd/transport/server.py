@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from memoryd.app import App, StartupRefused
 from memoryd.settings import Settings
+from memoryd.transport.grpc_logs import withhold_header_values
 from memoryd.transport.health import SERVICE_NAME, HealthMonitor
 from memoryd.transport.identity import Identity, build_authenticator, check_exposure
 from memoryd.transport.interceptors import CallChain, CallContext, ErrorMapping
@@ -31,6 +32,7 @@ class MemorydServer:
     def __init__(self, settings: Settings, app: App, health_interval_s: float = 2.0) -> None:
         self._settings = settings
         self._app = app
+        withhold_header_values()  # before any call: no credential may reach the log
         metrics = app.telemetry.metrics
         self._health = HealthMonitor(
             app.probes,
