@@ -12,6 +12,7 @@ import json
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 from urllib.parse import urlsplit
@@ -798,16 +799,14 @@ def _is_complex(path: tuple[str, ...]) -> bool:
         if model is None or part not in model.model_fields:
             return False
         annotation = model.model_fields[part].annotation
-        models, value = _models_in(annotation), _dict_value(annotation)
+        models = _models_in(annotation)
         model = models[0] if models else None
-        if value is not None and part != path[-1]:
-            return False  # a key below a dict: its value's own type decides, keep simple
     if _models_in(annotation) or _dict_value(annotation) is not None:
         return True
     return any(get_origin(t) in (list, dict) for t in (annotation, *get_args(annotation)))
 
 
-def check_environment(environ: dict[str, str] | os._Environ[str]) -> None:
+def check_environment(environ: Mapping[str, str]) -> None:
     """Refuse MEMORYD_* variables that look like settings but are none, and settings given
     as JSON that is not JSON, naming the variable (and the nearest setting)."""
     paths = setting_paths()
