@@ -33,7 +33,7 @@ from memoryd.core.sessions.sessions import Sessions
 from memoryd.core.tiers.base import TierHandler
 from memoryd.core.tiers.long_term import LongTermTier
 from memoryd.core.tiers.registry import StoreFamily, TierDeps, build_tiers, served
-from memoryd.settings import Settings
+from memoryd.settings import InvalidSettings, Settings
 from memoryd.stores import embeddings as embedder_adapters
 from memoryd.stores import hot as hot_adapters
 from memoryd.stores import locks as lock_adapters
@@ -70,6 +70,17 @@ _PROBE_OF = {StoreFamily.HOT: HOT_PROBE, StoreFamily.VECTORS: VECTOR_PROBE}
 
 class StartupRefused(Exception):
     """The server must not start, for the reason given (shown to the operator as is)."""
+
+
+def startup_refusal(exc: BaseException) -> StartupRefused | None:
+    """The one place a failed start-up becomes what the operator reads: one line naming
+    the setting at fault (the command exits 2). None: not the operator's doing but a
+    defect, which keeps its traceback."""
+    if isinstance(exc, StartupRefused):
+        return exc
+    if isinstance(exc, InvalidSettings):
+        return StartupRefused(str(exc))
+    return None
 
 
 @dataclass
@@ -314,8 +325,14 @@ async def build_app(
     telemetry: Telemetry | None = None,
 ) -> App:
     """Open every store (off the event loop where it blocks) and wire the core."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    lock = DataDirLock(settings.data_dir) if uses_embedded_stores(settings) else None
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        lock = DataDirLock(settings.data_dir) if uses_embedded_stores(settings) else None
+    except OSError as exc:
+        raise StartupRefused(
+            f"the data directory {settings.data_dir} (MEMORYD_DATA_DIR) cannot be used: "
+            f"{exc.strerror or exc}"
+        ) from exc
     try:
         app = await _build_app(settings, clock, embedder, telemetry)
     except BaseException:

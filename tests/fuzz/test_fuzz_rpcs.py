@@ -89,7 +89,7 @@ async def fuzzed(
     tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
 ) -> AsyncIterator[Fuzzed]:
     """One server for every example, with small quotas so full tiers are reached."""
-    settings_ = Settings(
+    settings_ = Settings.explicit(
         listen="127.0.0.1:0",
         metrics={"listen": "127.0.0.1:0"},  # never the fixed default: workers run at once
         data_dir=Path(tmp_path_factory.mktemp("fuzz")) / "data",

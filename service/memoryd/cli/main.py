@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from memoryd.app import App, StartupRefused, build_app, build_embedder
+from memoryd.app import App, build_app, build_embedder, startup_refusal
 from memoryd.cli import progress
 from memoryd.cli.backup import BackupCorrupt, backup, restore
 from memoryd.cli.client_commands import add_client_commands, run_client_command
@@ -25,8 +25,9 @@ from memoryd.settings import Settings, load_settings
 from memoryd.stores.backup.port import BackupStore, BackupStoreError
 from memoryd.stores.embeddings import for_preparing
 from memoryd.transport.identity import check_exposure
+from memoryd.transport.logs import HANDLER_NAME as LOG_HANDLER_NAME
 from memoryd.transport.logs import configure_logging
-from memoryd.transport.server import serve
+from memoryd.transport.server import check_ports_free, serve
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -161,7 +162,9 @@ async def _maintain(settings: Settings) -> None:
 
 
 async def _serve(settings: Settings) -> None:
-    check_exposure(settings)  # before the model loads: a refusal should be quick
+    # Before the model loads: a refusal should be quick.
+    check_exposure(settings)
+    check_ports_free(settings)
     app = await build_app(settings)
     await serve(settings, app)
 
@@ -182,12 +185,30 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
-    if (rc := run_client_command(args)) is not None:
-        return rc
-    if args.command == "mcp":
-        return run_mcp_command(args)
-    if args.command == "health":
-        return run_health(args)
+    try:
+        if (rc := run_client_command(args)) is not None:
+            return rc
+        if args.command == "mcp":
+            return run_mcp_command(args)
+        if args.command == "health":
+            return run_health(args)
+        return _run(args)
+    except Exception as exc:
+        refusal = startup_refusal(exc)
+        if refusal is None:
+            raise
+        if not _logging_configured():  # the settings that choose the format failed
+            configure_logging()
+        logging.getLogger("memoryd").error("start-up refused: %s", refusal)
+        return 2
+
+
+def _logging_configured() -> bool:
+    return any(h.get_name() == LOG_HANDLER_NAME for h in logging.getLogger().handlers)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """A command that reads the settings; a start-up refusal is raised to `_main`."""
     overrides = {"listen": args.listen} if getattr(args, "listen", None) else {}
     settings = load_settings(args.config, **overrides)
     configure_logging(settings.log_level, settings.log_format)
@@ -195,22 +216,18 @@ def _main(argv: list[str] | None) -> int:
         return run_keys_command(args, settings)
     # A server's stderr is its log: no progress bar (the model loader's) belongs there.
     progress.quiet_library_bars(args.command != "serve" and not getattr(args, "no_progress", False))
-    try:
-        if args.command == "serve":
-            asyncio.run(_serve(settings))
-        elif args.command == "maintain":
-            asyncio.run(_maintain(settings))
-        elif args.command == "reindex":
-            return _reindex(settings, args)
-        elif args.command == "prepare-embedder":
-            embedder = build_embedder(for_preparing(settings))
-            embedder.warm()
-            print(f"embedder ready: {embedder.name} ({settings.embedder.provider})")
-        elif args.command == "backup":
-            return asyncio.run(_backup(settings, args))
-        elif args.command == "restore":
-            return asyncio.run(_restore(settings, args))
-    except StartupRefused as exc:
-        logging.getLogger("memoryd").error("start-up refused: %s", exc)
-        return 2
+    if args.command == "serve":
+        asyncio.run(_serve(settings))
+    elif args.command == "maintain":
+        asyncio.run(_maintain(settings))
+    elif args.command == "reindex":
+        return _reindex(settings, args)
+    elif args.command == "prepare-embedder":
+        embedder = build_embedder(for_preparing(settings))
+        embedder.warm()
+        print(f"embedder ready: {embedder.name} ({settings.embedder.provider})")
+    elif args.command == "backup":
+        return asyncio.run(_backup(settings, args))
+    elif args.command == "restore":
+        return asyncio.run(_restore(settings, args))
     return 0
