@@ -2,12 +2,23 @@
 
 The cluster client routes each command by its keys' hash slot, so every adapter keeps the
 keys one script or transaction touches under one hash tag (`{...}`).
+
+Every command of an adapter goes through `run`: bounded by the client's timeout
+(`redis_timeout_seconds`, per command and per connect) and by the request's deadline
+(stores/call_budget.py). After Redis restarts, the pool replaces the connections Redis
+closed before it hands them out again (a connection at end-of-file is reconnected), so no
+command is sent on a dead one; a command that still meets a broken connection is sent
+once more on a fresh one only when the adapter says it is idempotent (`retry=True`):
+running it twice must leave what running it once leaves. Which calls are: docs/operations.md,
+"Redis restarts".
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeAlias
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias, TypeVar
 
 import redis
 import redis.asyncio as aioredis
@@ -16,6 +27,12 @@ from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.exceptions import ClusterDownError, RedisClusterException
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.maint_notifications import MaintNotificationsConfig
+
+from memoryd.stores import call_budget
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 AsyncClient: TypeAlias = aioredis.Redis | AsyncRedisCluster
 SyncClient: TypeAlias = redis.Redis | SyncRedisCluster
@@ -31,16 +48,43 @@ DOWN: tuple[type[BaseException], ...] = (
 )
 
 
-def open_async(url: str, *, cluster: bool = False, **options: Any) -> AsyncClient:
+# The longest wait for one command or connect, unless the settings say otherwise.
+DEFAULT_TIMEOUT_S = 2.0
+
+
+def open_async(
+    url: str, *, cluster: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S, **options: Any
+) -> AsyncClient:
     """An asyncio client; `from_url` does not connect, so a bad URL fails here."""
+    options.setdefault("socket_timeout", timeout_s)
+    options.setdefault("socket_connect_timeout", timeout_s)
     if cluster:
         return AsyncRedisCluster.from_url(url, **options)
+    # redis-py's pool checks a connection before handing it out (and reconnects one the
+    # server closed: Redis restarted) only when maintenance notifications are off; their
+    # default, "auto", skips the check. They are a feature of managed Redis services.
+    options.setdefault("maint_notifications_config", MaintNotificationsConfig(enabled=False))
     return aioredis.Redis.from_url(url, **options)
+
+
+async def run(op: Callable[[], Awaitable[T]], *, retry: bool) -> T:
+    """One command (or script, or pipeline) of an adapter, within the request's budget.
+    `retry`: it is idempotent, so after a broken connection it is sent once more on a
+    fresh one (the pool reconnects the broken one); a non-idempotent call is not, as the
+    first attempt may have run before the connection broke."""
+    try:
+        return await call_budget.bounded(op, (RedisTimeoutError,))
+    except RedisConnectionError as exc:
+        if not retry:
+            raise
+        log.debug("redis connection broken (%s); sending the command again", exc)
+        return await call_budget.bounded(op, (RedisTimeoutError,))
 
 
 def open_sync(url: str, *, cluster: bool = False, **options: Any) -> SyncClient:
     if cluster:
         return SyncRedisCluster.from_url(url, **options)
+    options.setdefault("maint_notifications_config", MaintNotificationsConfig(enabled=False))
     return redis.Redis.from_url(url, **options)
 
 

@@ -23,6 +23,7 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 from memoryd.core.observe import bind_request_id, correlated
+from memoryd.stores import call_budget
 from memoryd.transport.interceptors import (
     SERVICE_PREFIX,
     AroundCall,
@@ -101,6 +102,8 @@ class Observability(AroundCall):
             # Trailing metadata goes out with the status, in the same batch; sending it as
             # initial metadata would cost a write of its own before the response.
             context.set_trailing_metadata(((REQUEST_ID_HEADER, rid),))
+            # Store calls end before the caller's deadline (stores/call_budget.py).
+            call_budget.start(context.time_remaining())
             try:
                 response = await behavior(request, context)
                 code = context.code() or grpc.StatusCode.OK
@@ -125,6 +128,7 @@ class Observability(AroundCall):
         in_flight.inc()
         with correlated(caller_request_id(details.invocation_metadata)) as rid:
             context.set_trailing_metadata(((REQUEST_ID_HEADER, rid),))
+            budget = call_budget.start(context.time_remaining())
             try:
                 yield
                 code = context.code() or grpc.StatusCode.OK
@@ -132,6 +136,7 @@ class Observability(AroundCall):
                 code = _failed_with(exc, context)
                 raise
             finally:
+                call_budget.end(budget)
                 in_flight.dec()
                 self._finish(method, code, duration, time.perf_counter() - started)
 
