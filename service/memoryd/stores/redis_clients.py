@@ -24,7 +24,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster as SyncRedisCluster
-from redis.exceptions import ClusterDownError, RedisClusterException
+from redis.exceptions import ClusterDownError, RedisClusterException, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.maint_notifications import MaintNotificationsConfig
@@ -86,6 +86,53 @@ def open_sync(url: str, *, cluster: bool = False, **options: Any) -> SyncClient:
         return SyncRedisCluster.from_url(url, **options)
     options.setdefault("maint_notifications_config", MaintNotificationsConfig(enabled=False))
     return redis.Redis.from_url(url, **options)
+
+
+# How long `rewrite_persistence` waits for a rewrite or snapshot that had already begun.
+_BUSY_WAIT_S = 10.0
+
+
+async def rewrite_persistence(client: AsyncClient) -> list[str]:
+    """Have Redis rewrite its files from what it holds now, so that deleted keys leave the
+    disk: `BGREWRITEAOF` when the append-only file is on, `BGSAVE` when RDB snapshots are.
+    Both fork and return at once; Redis then replaces the old files (in seconds for a
+    few hundred MB). A rewrite already running began before the caller's deletes, so it
+    is waited for and a new one started. Returns the commands started. One Redis only: a
+    Redis Cluster raises `NotImplementedError` (docs/operations.md, "Erasure")."""
+    if isinstance(client, AsyncRedisCluster):
+        raise NotImplementedError("rewrite each primary's files (BGREWRITEAOF, BGSAVE)")
+    config = await run(lambda: client.config_get("appendonly"), retry=True)
+    save = await run(lambda: client.config_get("save"), retry=True)
+    started = []
+    if str(config.get("appendonly", "no")).lower() == "yes":
+        await _when_idle(client, "aof_rewrite_in_progress", client.bgrewriteaof)
+        started.append("BGREWRITEAOF")
+    if str(save.get("save", "")).strip():
+        await _when_idle(client, "rdb_bgsave_in_progress", client.bgsave)
+        started.append("BGSAVE")
+    return started
+
+
+async def _when_idle(
+    client: aioredis.Redis, busy_field: str, start: Callable[[], Awaitable[Any]]
+) -> None:
+    """Start a background rewrite once the one of its kind running now (if any) ended.
+    Redis refuses a second concurrent one and schedules an AOF rewrite asked for during a
+    snapshot; both count as started."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + _BUSY_WAIT_S
+    while True:
+        info = await run(lambda: client.info("persistence"), retry=True)
+        if not int(info.get(busy_field, 0)):
+            try:
+                await run(start, retry=False)
+                return
+            except ResponseError as exc:
+                if "in progress" not in str(exc):
+                    raise
+        if loop.time() >= give_up:
+            raise RedisTimeoutError(f"{busy_field} for more than {_BUSY_WAIT_S:g}s")
+        await asyncio.sleep(0.05)
 
 
 class FirstUse:

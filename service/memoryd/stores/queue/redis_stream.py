@@ -21,6 +21,7 @@ from memoryd.stores.redis_clients import (
     AsyncClient,
     FirstUse,
     open_async,
+    rewrite_persistence,
     run,
 )
 
@@ -41,6 +42,7 @@ return redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
 """
 
 log = logging.getLogger(__name__)
+_FAILURES: tuple[type[BaseException], ...] = (*DOWN, ResponseError)
 
 
 class _GroupLost(Exception):
@@ -207,6 +209,21 @@ class RedisStreamQueue:
         if not first or first[0][0] is None:
             return None
         return int(_text(first[0][0]).split("-", 1)[0]) / 1000.0
+
+    async def compact(self) -> None:
+        # Acked entries are deleted from the stream already (`ack`); what remains on disk
+        # is in Redis's own files. They hold the hot tiers too (one Redis for both), so
+        # this rewrites them for those as well.
+        try:
+            await self._first_use()
+            await rewrite_persistence(self._redis)
+        except NotImplementedError:
+            log.warning(
+                "erasure: on a Redis Cluster, rewrite each primary's files yourself "
+                "(BGREWRITEAOF; BGSAVE with snapshots)"
+            )
+        except _FAILURES as exc:
+            raise QueueDown(f"redis at the stream {self._stream}: {exc}") from exc
 
     async def close(self) -> None:
         if self._owns_client:
