@@ -22,6 +22,8 @@ from conftest import RunningServer, ServerFactory
 from load import WriteLoad, missing_long_term
 from memoryd.app import StartupRefused, build_app
 from memoryd.settings import Settings
+from memoryd.stores.hot.port import HotStoreDown, SessionKey, SessionMessage
+from memoryd.stores.hot.redis_store import RedisHotStore
 from memoryd.v1 import memory_pb2 as pb
 from redis_server import RedisServer
 from rpc import rpc_error, scope
@@ -333,4 +335,33 @@ async def test_after_redis_restarts_the_first_requests_succeed(
         usage = await s.stub.Usage(pb.UsageRequest(scope=everywhere))
         assert {t.tier: t.count for t in usage.tiers}[WK] == 3
     finally:
+        redis.stop()
+
+
+async def test_a_dead_pooled_connection_is_retried_for_a_read_never_for_an_append(
+    tmp_path: Path,
+) -> None:
+    """A connection whose close memoryd has not seen yet (here: Redis restarted while the
+    event loop was busy). A read is sent again on a fresh connection; appending a message
+    is not (had the first attempt run, the message would be there twice): the caller gets
+    UNAVAILABLE and may retry."""
+    redis = RedisServer(tmp_path / "redis")
+    store = RedisHotStore(redis.url)
+    session = SessionKey("default", "u", "s")
+
+    def message(n: int) -> SessionMessage:
+        return SessionMessage(id=f"m{n}", content=f"hello {n}", role="user", created_at=0, size=7)
+
+    try:
+        await store.append_message(session, message(1), 10, 10_000, 60)
+        redis.restart(keep_data=False)  # blocks the loop: the close is not seen before use
+        assert await store.list_messages(session) == []
+
+        redis.restart(keep_data=False)
+        with pytest.raises(HotStoreDown):
+            await store.append_message(session, message(2), 10, 10_000, 60)
+        await store.append_message(session, message(2), 10, 10_000, 60)
+        assert [m.id for m in await store.list_messages(session)] == ["m2"]
+    finally:
+        await store.close()
         redis.stop()
