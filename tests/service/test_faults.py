@@ -293,7 +293,7 @@ async def test_a_frozen_redis_is_answered_unavailable_by_the_server_within_the_c
             pb.AddRequest(scope=everywhere, tier=ST, content="hello"),
             pb.AddRequest(scope=everywhere, tier=LT, content="The user likes green tea"),
         ):
-            err = await rpc_error(patient.stub.Add(request, timeout=3))
+            err = await rpc_error(patient.stub.Add(request, timeout=4))
             assert err.code() == grpc.StatusCode.UNAVAILABLE, (request.tier, err.details())
 
         redis.thaw()
