@@ -217,21 +217,23 @@ def files_holding(root: Path, text: str) -> list[str]:
     return found
 
 
-async def aof_rewritten(url: str) -> None:
-    """Until Redis has replaced its append-only files (the erasure only starts that)."""
+async def redis_files_written(url: str) -> None:
+    """Until Redis has replaced its append-only files and its snapshot (the erasure only
+    starts that)."""
+    busy = ["aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_in_progress"]
     client = aioredis.Redis.from_url(url)
     try:
         async with asyncio.timeout(60):
             while True:
                 info = await client.info("persistence")
-                if not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
+                if not any(info[field] for field in busy):
                     return
                 await asyncio.sleep(0.05)
     finally:
         await client.aclose()
 
 
-@pytest.mark.parametrize("hot", ["in_process", "redis_with_aof"])
+@pytest.mark.parametrize("hot", ["in_process", "redis_with_aof_and_snapshots"])
 async def test_after_erasure_no_file_holds_the_users_text_but_what_the_engine_keeps(
     start_server: ServerFactory, clock: MovableClock, user_id: str, tmp_path: Path, hot: str
 ) -> None:
@@ -255,11 +257,18 @@ async def test_after_erasure_no_file_holds_the_users_text_but_what_the_engine_ke
         # As a server that ran a while: the engine's segments hold the text too.
         await asyncio.to_thread(s.app.vectors.flush)
         assert files_holding(data, text) != []
+        if redis is not None:
+            client = aioredis.Redis.from_url(redis.url)
+            await client.config_set("save", "3600 1")
+            await client.bgsave()
+            await client.aclose()
+            await redis_files_written(redis.url)
+            assert "dump.rdb" in files_holding(tmp_path / "redis", text)
 
         await erase(s, user_id)
 
         if redis is not None:
-            await aof_rewritten(redis.url)
+            await redis_files_written(redis.url)
             assert files_holding(tmp_path / "redis", text) == []
         left = files_holding(data, text)
         assert [f for f in left if not any(k in f for k in ENGINE_KEEPS)] == []

@@ -10,7 +10,7 @@ closed before it hands them out again (a connection at end-of-file is reconnecte
 command is sent on a dead one; a command that still meets a broken connection is sent
 once more on a fresh one only when the adapter says it is idempotent (`retry=True`):
 running it twice must leave what running it once leaves. Which calls are: docs/operations.md,
-"Redis restarts".
+"A Redis that hangs, and Redis restarts".
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ async def rewrite_persistence(client: AsyncClient) -> list[str]:
         await _when_idle(client, "aof_rewrite_in_progress", client.bgrewriteaof)
         started.append("BGREWRITEAOF")
     if str(save.get("save", "")).strip():
-        await _when_idle(client, "rdb_bgsave_in_progress", client.bgsave)
+        # SCHEDULE: started once the AOF rewrite just asked for is done, not refused.
+        await _when_idle(client, "rdb_bgsave_in_progress", lambda: client.bgsave(schedule=True))
         started.append("BGSAVE")
     return started
 
@@ -117,8 +118,8 @@ async def _when_idle(
     client: aioredis.Redis, busy_field: str, start: Callable[[], Awaitable[Any]]
 ) -> None:
     """Start a background rewrite once the one of its kind running now (if any) ended.
-    Redis refuses a second concurrent one and schedules an AOF rewrite asked for during a
-    snapshot; both count as started."""
+    Redis refuses a second concurrent one, and schedules an AOF rewrite asked for during a
+    snapshot (which counts as started)."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + _BUSY_WAIT_S
     while True:
