@@ -6,7 +6,8 @@ costs no write of its own; on failures too) and is on every log line written
 while the call is served (and on those of work queued on its behalf, see
 core/lifecycle/write_behind.py). When the call ends: `memoryd_rpc_requests_total`,
 `memoryd_rpc_duration_seconds`, and one `rpc` log line with the method, status code,
-latency, request id, tenant and key id.
+latency, request id, tenant and key id. It also records the caller's deadline, which
+bounds the call's store calls (stores/call_budget.py).
 """
 
 from __future__ import annotations
