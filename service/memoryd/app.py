@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import logging
 import os
 import socket
@@ -412,6 +413,8 @@ async def _build_app(
         backups=backups,
         flush=copier.drain,
         observer=observer,
+        # The journal without the copies just made; deletes persisted (docs/operations.md).
+        compactions=(queue.compact, functools.partial(asyncio.to_thread, vectors.flush)),
     )
     chat = build_extractor(settings)
     engine = MemoryEngine(

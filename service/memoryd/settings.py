@@ -642,6 +642,12 @@ class Settings(BaseSettings):
     redis_cluster: bool = Field(
         False, description="redis_url names a node of a Redis Cluster: use the cluster client"
     )
+    redis_timeout_seconds: float = Field(
+        2.0,
+        gt=0,
+        description="Longest wait for one Redis command or connect; a request's Redis calls "
+        "also end before its deadline",
+    )
     reflection: bool = Field(False, description="Serve gRPC server reflection")
     grace_period_seconds: float = Field(5.0, ge=0, description="Graceful stop on SIGTERM")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(

@@ -25,10 +25,10 @@ def _in_process() -> UsageCounters:
     return InProcessCounters()
 
 
-def _redis(url: str, cluster: bool) -> UsageCounters:
+def _redis(url: str, cluster: bool, timeout_s: float) -> UsageCounters:
     from memoryd.stores.usage.redis_counters import RedisCounters
 
-    return RedisCounters.from_url(url, cluster=cluster)
+    return RedisCounters.from_url(url, cluster=cluster, timeout_s=timeout_s)
 
 
 ADAPTERS: dict[str, CountersFactory] = family_adapters(_in_process, _redis, "usage counters")
