@@ -7,9 +7,9 @@ Nothing here looks at stored data, so a refusal cannot tell whether another user
 
 | role   | may                                                                   |
 |--------|-----------------------------------------------------------------------|
-| reader | READ: Retrieve, Get, RenderContext, Export, Usage                     |
+| reader | READ: Retrieve, Get, RenderContext, Export, Usage, ListMemories; LIST: ListUsers |
 | agent  | READ and WRITE: also Add, Delete, Prune (not a whole-user erasure), EndSession |
-| admin  | everything: also ERASE (Prune ALL with no tier named) and RESTORE (Import) |
+| admin  | everything: also LIST, ERASE (Prune ALL with no tier named) and RESTORE (Import) |
 
 agent and reader credentials may be bound to users (then only those); admin ones act for
 every user of their tenant.
@@ -31,16 +31,21 @@ class Action(StrEnum):
     ERASE = "erase"
     # Writing a whole export back (Import); backup/restore are its local counterparts.
     RESTORE = "restore"
+    # Listing the tenant's users (operators: reader and admin; an agent acts for users,
+    # it has no business enumerating them).
+    LIST = "list"
 
 
 GRANTS: Mapping[AccessRole, frozenset[Action]] = {
-    AccessRole.READER: frozenset({Action.READ}),
+    AccessRole.READER: frozenset({Action.READ, Action.LIST}),
     AccessRole.AGENT: frozenset({Action.READ, Action.WRITE}),
     AccessRole.ADMIN: frozenset(Action),
 }
 
 # Actions only an admin may take: each one goes to the audit log.
-ADMIN_ACTIONS: frozenset[Action] = GRANTS[AccessRole.ADMIN] - GRANTS[AccessRole.AGENT]
+ADMIN_ACTIONS: frozenset[Action] = (
+    GRANTS[AccessRole.ADMIN] - GRANTS[AccessRole.AGENT] - GRANTS[AccessRole.READER]
+)
 
 
 class InvalidGrant(ValueError):

@@ -27,6 +27,8 @@ from memoryd.core.models import (
     GetResult,
     Kind,
     Lookup,
+    MemoriesPage,
+    MemoriesQuery,
     MemoryRecord,
     Operation,
     Principal,
@@ -43,6 +45,8 @@ from memoryd.core.models import (
     Tier,
     TierUsage,
     UsageReport,
+    UsersPage,
+    UsersQuery,
 )
 from memoryd.core.retrieval.render_context import RenderedContext
 from memoryd.transport import status_map
@@ -546,3 +550,51 @@ def end_session_response(result: EndSessionResult) -> pb.EndSessionResponse:
         extraction_skipped_reason=result.extraction_skipped_reason,
         warnings=result.warnings,
     )
+
+
+# Browsing (ListUsers, ListMemories) and explain.
+
+
+def users_query(req: pb.ListUsersRequest, principal: Principal) -> UsersQuery:
+    return UsersQuery(
+        tenant=principal.tenant,
+        prefix=req.user_id_prefix,
+        page_size=req.page_size,
+        page_token=req.page_token,
+        only=principal.users,
+    )
+
+
+def users_response(page: UsersPage) -> pb.ListUsersResponse:
+    users = []
+    for user in page.users:
+        usage = usage_response(user.usage)
+        summary = pb.UserSummary(user_id=user.user_id, tiers=usage.tiers, alerts=usage.alerts)
+        if user.last_active:
+            _set_time(summary.last_active_at, user.last_active)
+        users.append(summary)
+    return pb.ListUsersResponse(users=users, next_page_token=page.next_page_token)
+
+
+def memories_query(req: pb.ListMemoriesRequest, principal: Principal) -> MemoriesQuery:
+    return MemoriesQuery(
+        scope=scope_from_proto(req.scope, principal),
+        tiers=tiers_from_proto(req.tiers),
+        kinds=[enum_from_proto(Kind, k, f"kinds[{i}]") for i, k in enumerate(req.kinds)],
+        filters=dict(req.filters),
+        page_size=req.page_size,
+        page_token=req.page_token,
+    )
+
+
+def memories_response(page: MemoriesPage) -> pb.ListMemoriesResponse:
+    return pb.ListMemoriesResponse(
+        items=[memory_item(r) for r in page.items], next_page_token=page.next_page_token
+    )
+
+
+def explain_scores(response: pb.RetrieveResponse) -> None:
+    """RetrieveRequest.explain: each hit's score components. The ranking does not hand its
+    components out yet (they move into core/retrieval/ranker.py): the final score only."""
+    for item in response.items:
+        item.explain.final = item.score

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file memoryd/v1/memory.proto.
  */
 export const file_memoryd_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("ChdtZW1vcnlkL3YxL21lbW9yeS5wcm90bxIKbWVtb3J5ZC52MSJPCgVTY29wZRIPCgd1c2VyX2lkGAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSDwoHdGFza19pZBgEIAEoCSIyCgtFcGlzb2RlU3RlcBIOCgZhY3Rpb24YASABKAkSEwoLb2JzZXJ2YXRpb24YAiABKAkiYQoHRXBpc29kZRIMCgR0YXNrGAEgASgJEiYKBXN0ZXBzGAIgAygLMhcubWVtb3J5ZC52MS5FcGlzb2RlU3RlcBIPCgdvdXRjb21lGAMgASgJEg8KB3N1Y2Nlc3MYBCABKAgingEKCFJlbGF0aW9uEg8KB3N1YmplY3QYASABKAkSEQoJcHJlZGljYXRlGAIgASgJEg4KBm9iamVjdBgDIAEoCRIuCgp2YWxpZF9mcm9tGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgppbnZhbGlkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJzCgZFbnRpdHkSDAoEbmFtZRgBIAEoCRIMCgR0eXBlGAIgASgJEg8KB2FsaWFzZXMYAyADKAkSEwoLZGVzY3JpcHRpb24YBCABKAkSJwoJcmVsYXRpb25zGAUgAygLMhQubWVtb3J5ZC52MS5SZWxhdGlvbiJzCgtGYWN0VmVyc2lvbhIPCgdjb250ZW50GAEgASgJEiIKBnNvdXJjZRgCIAEoDjISLm1lbW9yeWQudjEuU291cmNlEi8KC3JlcGxhY2VkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKdAQoOQ29tbWFuZE91dGNvbWUSKQoGYWN0aW9uGAEgASgOMhkubWVtb3J5ZC52MS5Db21tYW5kQWN0aW9uEg8KB3N1YmplY3QYAiABKAkSJQoFZmFjdHMYAyADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0SKAoJb3BlcmF0aW9uGAQgASgOMhUubWVtb3J5ZC52MS5PcGVyYXRpb24izwYKCk1lbW9yeUl0ZW0SCgoCaWQYASABKAkSHgoEdGllchgCIAEoDjIQLm1lbW9yeWQudjEuVGllchIeCgRraW5kGAMgASgOMhAubWVtb3J5ZC52MS5LaW5kEg8KB2NvbnRlbnQYBCABKAkSCwoDa2V5GAUgASgJEg0KBXNjb3JlGAYgASgCEjYKCG1ldGFkYXRhGAcgAygLMiQubWVtb3J5ZC52MS5NZW1vcnlJdGVtLk1ldGFkYXRhRW50cnkSEgoKaW1wb3J0YW5jZRgIIAEoAhIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIiCgZzb3VyY2UYDCABKA4yEi5tZW1vcnlkLnYxLlNvdXJjZRIeCgRyb2xlGA0gASgOMhAubWVtb3J5ZC52MS5Sb2xlEhAKCGFnZW50X2lkGA4gASgJEhIKCnNlc3Npb25faWQYDyABKAkSDwoHdGFza19pZBgQIAEoCRIkCgdlcGlzb2RlGBEgASgLMhMubWVtb3J5ZC52MS5FcGlzb2RlEiYKCHJlbGF0aW9uGBIgASgLMhQubWVtb3J5ZC52MS5SZWxhdGlvbhIVCg1kb2N1bWVudF9qc29uGBMgASgJEhAKCGFyY2hpdmVkGBQgASgIEg8KB2RlbGV0ZWQYFSABKAgSIgoGZW50aXR5GBYgASgLMhIubWVtb3J5ZC52MS5FbnRpdHkSKAoHaGlzdG9yeRgXIAMoCzIXLm1lbW9yeWQudjEuRmFjdFZlcnNpb24SLwoLb2NjdXJyZWRfYXQYGCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHBvc2l0aW9uGBkgASgFEicKB2NvbnRleHQYGiADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0aLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIt8ECgpBZGRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIeCgR0aWVyGAIgASgOMhAubWVtb3J5ZC52MS5UaWVyEg8KB2NvbnRlbnQYAyABKAkSHgoEa2luZBgEIAEoDjIQLm1lbW9yeWQudjEuS2luZBILCgNrZXkYBSABKAkSNgoIbWV0YWRhdGEYBiADKAsyJC5tZW1vcnlkLnYxLkFkZFJlcXVlc3QuTWV0YWRhdGFFbnRyeRIXCgppbXBvcnRhbmNlGAcgASgCSACIAQESLgoKZXhwaXJlc19hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHgoEcm9sZRgJIAEoDjIQLm1lbW9yeWQudjEuUm9sZRIiCgZzb3VyY2UYCiABKA4yEi5tZW1vcnlkLnYxLlNvdXJjZRISCgphdXRvX3BydW5lGAsgASgIEiQKB2VwaXNvZGUYDCABKAsyEy5tZW1vcnlkLnYxLkVwaXNvZGUSJgoIcmVsYXRpb24YDSABKAsyFC5tZW1vcnlkLnYxLlJlbGF0aW9uEhUKDWRvY3VtZW50X2pzb24YDiABKAkSIgoGZW50aXR5GA8gASgLMhIubWVtb3J5ZC52MS5FbnRpdHkSLwoLb2NjdXJyZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUINCgtfaW1wb3J0YW5jZSLaAQoLQWRkUmVzcG9uc2USEQoJbWVtb3J5X2lkGAEgASgJEigKCW9wZXJhdGlvbhgCIAEoDjIVLm1lbW9yeWQudjEuT3BlcmF0aW9uEh4KBHRpZXIYAyABKA4yEC5tZW1vcnlkLnYxLlRpZXISEgoKbGF0ZW5jeV9tcxgEIAEoARIXCg9xdW90YV9yZW1haW5pbmcYBSABKAMSFAoMZXZpY3RlZF9rZXlzGAYgAygJEisKB2NvbW1hbmQYByABKAsyGi5tZW1vcnlkLnYxLkNvbW1hbmRPdXRjb21lIjgKD0FkZEJhdGNoUmVxdWVzdBIlCgVpdGVtcxgBIAMoCzIWLm1lbW9yeWQudjEuQWRkUmVxdWVzdCJJCglJdGVtRXJyb3ISDAoEY29kZRgBIAEoBRIPCgdtZXNzYWdlGAIgASgJEg0KBWZpZWxkGAMgASgJEg4KBnJlYXNvbhgEIAEoCSL+AQoOQWRkQmF0Y2hSZXN1bHQSDQoFaW5kZXgYASABKAUSEQoJbWVtb3J5X2lkGAIgASgJEigKCW9wZXJhdGlvbhgDIAEoDjIVLm1lbW9yeWQudjEuT3BlcmF0aW9uEh4KBHRpZXIYBCABKA4yEC5tZW1vcnlkLnYxLlRpZXISFwoPcXVvdGFfcmVtYWluaW5nGAUgASgDEhQKDGV2aWN0ZWRfa2V5cxgGIAMoCRIkCgVlcnJvchgHIAEoCzIVLm1lbW9yeWQudjEuSXRlbUVycm9yEisKB2NvbW1hbmQYCCABKAsyGi5tZW1vcnlkLnYxLkNvbW1hbmRPdXRjb21lIoIBChBBZGRCYXRjaFJlc3BvbnNlEisKB3Jlc3VsdHMYASADKAsyGi5tZW1vcnlkLnYxLkFkZEJhdGNoUmVzdWx0EhcKD3N1Y2NlZWRlZF9jb3VudBgCIAEoBRIUCgxmYWlsZWRfY291bnQYAyABKAUSEgoKbGF0ZW5jeV9tcxgEIAEoASLoAgoPUmV0cmlldmVSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRINCgVxdWVyeRgCIAEoCRIfCgV0aWVycxgDIAMoDjIQLm1lbW9yeWQudjEuVGllchINCgV0b3BfaxgEIAEoBRI5CgdmaWx0ZXJzGAUgAygLMigubWVtb3J5ZC52MS5SZXRyaWV2ZVJlcXVlc3QuRmlsdGVyc0VudHJ5Eh8KBWtpbmRzGAYgAygOMhAubWVtb3J5ZC52MS5LaW5kEhYKCW1pbl9zY29yZRgHIAEoAkgAiAEBEhkKDHRva2VuX2J1ZGdldBgIIAEoBUgBiAEBEhYKDmNvbnRleHRfd2luZG93GAkgASgFGi4KDEZpbHRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgwKCl9taW5fc2NvcmVCDwoNX3Rva2VuX2J1ZGdldCLhAQoQUmV0cmlldmVSZXNwb25zZRIlCgVpdGVtcxgBIAMoCzIWLm1lbW9yeWQudjEuTWVtb3J5SXRlbRITCgt0b3RhbF9jb3VudBgCIAEoBRIUCgxlbWJlZGRpbmdfbXMYAyABKAESFAoMcmV0cmlldmFsX21zGAQgASgBEhMKC3Rva2VuX2NvdW50GAUgASgFEhEKCXRydW5jYXRlZBgGIAEoCBIUCgxyYXRlX2xpbWl0ZWQYByABKAgSJwoNc2tpcHBlZF90aWVycxgIIAMoDjIQLm1lbW9yeWQudjEuVGllciJpCgpHZXRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIeCgR0aWVyGAIgASgOMhAubWVtb3J5ZC52MS5UaWVyEgsKA2lkcxgDIAMoCRIMCgRrZXlzGAQgAygJIkUKC0dldFJlc3BvbnNlEiUKBWl0ZW1zGAEgAygLMhYubWVtb3J5ZC52MS5NZW1vcnlJdGVtEg8KB21pc3NpbmcYAiADKAkibAoNRGVsZXRlUmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUSHgoEdGllchgCIAEoDjIQLm1lbW9yeWQudjEuVGllchILCgNpZHMYAyADKAkSDAoEa2V5cxgEIAMoCSInCg5EZWxldGVSZXNwb25zZRIVCg1kZWxldGVkX2NvdW50GAEgASgDIqECCgxQcnVuZVJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEh8KBXRpZXJzGAIgAygOMhAubWVtb3J5ZC52MS5UaWVyEisKCHN0cmF0ZWd5GAMgASgOMhkubWVtb3J5ZC52MS5QcnVuZVN0cmF0ZWd5Eg8KB3BlcmNlbnQYBCABKAISFwoPb2xkZXJfdGhhbl9kYXlzGAUgASgFEjYKB2ZpbHRlcnMYBiADKAsyJS5tZW1vcnlkLnYxLlBydW5lUmVxdWVzdC5GaWx0ZXJzRW50cnkSDwoHZHJ5X3J1bhgHIAEoCBouCgxGaWx0ZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI6CglUaWVyQ291bnQSHgoEdGllchgBIAEoDjIQLm1lbW9yeWQudjEuVGllchINCgVjb3VudBgCIAEoAyJ4Cg1QcnVuZVJlc3BvbnNlEhUKDWRlbGV0ZWRfY291bnQYASABKAMSFgoOYXJjaGl2ZWRfY291bnQYAiABKAMSDwoHZHJ5X3J1bhgDIAEoCBInCghwZXJfdGllchgEIAMoCzIVLm1lbW9yeWQudjEuVGllckNvdW50ImwKDUV4cG9ydFJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEh8KBXRpZXJzGAIgAygOMhAubWVtb3J5ZC52MS5UaWVyEhgKEGluY2x1ZGVfYXJjaGl2ZWQYAyABKAgixwEKDEV4cG9ydEhlYWRlchIPCgd1c2VyX2lkGAEgASgJEi8KC2V4cG9ydGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIlCgZjb3VudHMYAyADKAsyFS5tZW1vcnlkLnYxLlRpZXJDb3VudBINCgV0b3RhbBgEIAEoAxIWCg5mb3JtYXRfdmVyc2lvbhgFIAEoCRInCg1za2lwcGVkX3RpZXJzGAYgAygOMhAubWVtb3J5ZC52MS5UaWVyIlUKDUV4cG9ydFRyYWlsZXISEgoKaXRlbV9jb3VudBgBIAEoAxIXCg9jaGVja3N1bV9zaGEyNTYYAiABKAkSFwoPY2hlY2tzdW1fZm9ybWF0GAMgASgJIp0BCg5FeHBvcnRSZXNwb25zZRIqCgZoZWFkZXIYASABKAsyGC5tZW1vcnlkLnYxLkV4cG9ydEhlYWRlckgAEiYKBGl0ZW0YAiABKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW1IABIsCgd0cmFpbGVyGAMgASgLMhkubWVtb3J5ZC52MS5FeHBvcnRUcmFpbGVySABCCQoHcGF5bG9hZCLSAQoNSW1wb3J0UmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUSKgoGaGVhZGVyGAIgASgLMhgubWVtb3J5ZC52MS5FeHBvcnRIZWFkZXJIABImCgRpdGVtGAMgASgLMhYubWVtb3J5ZC52MS5NZW1vcnlJdGVtSAASLAoHdHJhaWxlchgEIAEoCzIZLm1lbW9yeWQudjEuRXhwb3J0VHJhaWxlckgAEhIKCmF1dG9fcHJ1bmUYBSABKAhCCQoHcGF5bG9hZCJaCg5JbXBvcnRSZXNwb25zZRIWCg5pbXBvcnRlZF9jb3VudBgBIAEoAxIVCg1za2lwcGVkX2NvdW50GAIgASgDEhkKEWNoZWNrc3VtX3ZlcmlmaWVkGAMgASgIIjAKDFVzYWdlUmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUigAEKCVRpZXJVc2FnZRIeCgR0aWVyGAEgASgOMhAubWVtb3J5ZC52MS5UaWVyEg0KBWNvdW50GAIgASgDEg0KBWJ5dGVzGAMgASgDEhEKCW1heF9jb3VudBgEIAEoAxIRCgltYXhfYnl0ZXMYBSABKAMSDwoHcGVyY2VudBgGIAEoASJdCgpVc2FnZUFsZXJ0Eh4KBHRpZXIYASABKA4yEC5tZW1vcnlkLnYxLlRpZXISDQoFbGV2ZWwYAiABKAkSDwoHcGVyY2VudBgDIAEoARIPCgdtZXNzYWdlGAQgASgJIsEBCg1Vc2FnZVJlc3BvbnNlEiQKBXRpZXJzGAEgAygLMhUubWVtb3J5ZC52MS5UaWVyVXNhZ2USJgoGYWxlcnRzGAIgAygLMhYubWVtb3J5ZC52MS5Vc2FnZUFsZXJ0EiIKGmVzdGltYXRlZF9tb250aGx5X2Nvc3RfdXNkGAMgASgBEhUKDXF1b3RhX3Byb2ZpbGUYBCABKAkSJwoNc2tpcHBlZF90aWVycxgFIAMoDjIQLm1lbW9yeWQudjEuVGllciLhAQoUUmVuZGVyQ29udGV4dFJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEg0KBXF1ZXJ5GAIgASgJEhkKDHRva2VuX2J1ZGdldBgDIAEoBUgAiAEBEh8KBXRpZXJzGAQgAygOMhAubWVtb3J5ZC52MS5UaWVyEg0KBXRvcF9rGAUgASgFEhYKCW1pbl9zY29yZRgGIAEoAkgBiAEBEhYKDmNvbnRleHRfd2luZG93GAcgASgFQg8KDV90b2tlbl9idWRnZXRCDAoKX21pbl9zY29yZSJ6ChVSZW5kZXJDb250ZXh0UmVzcG9uc2USDwoHY29udGV4dBgBIAEoCRITCgt0b2tlbl9jb3VudBgCIAEoBRIRCgl0cnVuY2F0ZWQYAyABKAgSEgoKaXRlbV9jb3VudBgEIAEoBRIUCgxyYXRlX2xpbWl0ZWQYBSABKAgidwoRRW5kU2Vzc2lvblJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEhoKDWV4dHJhY3RfZmFjdHMYAiABKAhIAIgBARISCgphdXRvX3BydW5lGAMgASgIQhAKDl9leHRyYWN0X2ZhY3RzIqwCChJFbmRTZXNzaW9uUmVzcG9uc2USGgoSbWVzc2FnZXNfcHJvY2Vzc2VkGAEgASgFEhcKD2ZhY3RzX2V4dHJhY3RlZBgCIAEoBRIlCgVmYWN0cxgDIAMoCzIWLm1lbW9yeWQudjEuTWVtb3J5SXRlbRITCgthZGRlZF9jb3VudBgEIAEoBRIVCg11cGRhdGVkX2NvdW50GAUgASgFEhUKDXNraXBwZWRfY291bnQYBiABKAUSEQoJYWRkZWRfaWRzGAcgAygJEhMKC3VwZGF0ZWRfaWRzGAggAygJEhoKEmV4dHJhY3Rpb25fc2tpcHBlZBgJIAEoCBIhChlleHRyYWN0aW9uX3NraXBwZWRfcmVhc29uGAogASgJEhAKCHdhcm5pbmdzGAsgAygJKqIBCgRUaWVyEhQKEFRJRVJfVU5TUEVDSUZJRUQQABIQCgxUSUVSX1dPUktJTkcQARITCg9USUVSX1NIT1JUX1RFUk0QAhISCg5USUVSX0xPTkdfVEVSTRADEhAKDFRJRVJfUEVSU09OQRAEEhEKDVRJRVJfRVBJU09ESUMQBRIPCgtUSUVSX0VOVElUWRAGEhMKD1RJRVJfU1RSVUNUVVJFRBAHKr0BCgRLaW5kEhQKEEtJTkRfVU5TUEVDSUZJRUQQABINCglLSU5EX0ZBQ1QQARITCg9LSU5EX1BSRUZFUkVOQ0UQAhIRCg1LSU5EX0RFQ0lTSU9OEAMSDQoJS0lORF9OT1RFEAQSEAoMS0lORF9NRVNTQUdFEAUSEAoMS0lORF9FUElTT0RFEAYSDwoLS0lORF9FTlRJVFkQBxIRCg1LSU5EX1JFTEFUSU9OEAgSEQoNS0lORF9ET0NVTUVOVBAJKooBCglPcGVyYXRpb24SGQoVT1BFUkFUSU9OX1VOU1BFQ0lGSUVEEAASEQoNT1BFUkFUSU9OX0FERBABEhwKGE9QRVJBVElPTl9BRERfV0lUSF9QUlVORRACEhoKFk9QRVJBVElPTl9ERURVUExJQ0FURUQQAxIVChFPUEVSQVRJT05fVVBEQVRFRBAEKl8KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg0KCVJPTEVfVVNFUhABEhIKDlJPTEVfQVNTSVNUQU5UEAISDwoLUk9MRV9TWVNURU0QAxINCglST0xFX1RPT0wQBCpGCgZTb3VyY2USFgoSU09VUkNFX1VOU1BFQ0lGSUVEEAASEwoPU09VUkNFX0VYUExJQ0lUEAESDwoLU09VUkNFX0FVVE8QAipnCg1Db21tYW5kQWN0aW9uEh4KGkNPTU1BTkRfQUNUSU9OX1VOU1BFQ0lGSUVEEAASGwoXQ09NTUFORF9BQ1RJT05fUkVNRU1CRVIQARIZChVDT01NQU5EX0FDVElPTl9GT1JHRVQQAirLAQoNUHJ1bmVTdHJhdGVneRIeChpQUlVORV9TVFJBVEVHWV9VTlNQRUNJRklFRBAAEiEKHVBSVU5FX1NUUkFURUdZX09MREVTVF9QRVJDRU5UEAESGgoWUFJVTkVfU1RSQVRFR1lfRVhQSVJFRBACEiUKIVBSVU5FX1NUUkFURUdZX0FSQ0hJVkVfT0xERVJfVEhBThADEhwKGFBSVU5FX1NUUkFURUdZX0JZX0ZJTFRFUhAEEhYKElBSVU5FX1NUUkFURUdZX0FMTBAFMvMFCg1NZW1vcnlTZXJ2aWNlEjYKA0FkZBIWLm1lbW9yeWQudjEuQWRkUmVxdWVzdBoXLm1lbW9yeWQudjEuQWRkUmVzcG9uc2USRQoIQWRkQmF0Y2gSGy5tZW1vcnlkLnYxLkFkZEJhdGNoUmVxdWVzdBocLm1lbW9yeWQudjEuQWRkQmF0Y2hSZXNwb25zZRJFCghSZXRyaWV2ZRIbLm1lbW9yeWQudjEuUmV0cmlldmVSZXF1ZXN0GhwubWVtb3J5ZC52MS5SZXRyaWV2ZVJlc3BvbnNlEjYKA0dldBIWLm1lbW9yeWQudjEuR2V0UmVxdWVzdBoXLm1lbW9yeWQudjEuR2V0UmVzcG9uc2USPwoGRGVsZXRlEhkubWVtb3J5ZC52MS5EZWxldGVSZXF1ZXN0GhoubWVtb3J5ZC52MS5EZWxldGVSZXNwb25zZRI8CgVQcnVuZRIYLm1lbW9yeWQudjEuUHJ1bmVSZXF1ZXN0GhkubWVtb3J5ZC52MS5QcnVuZVJlc3BvbnNlEkEKBkV4cG9ydBIZLm1lbW9yeWQudjEuRXhwb3J0UmVxdWVzdBoaLm1lbW9yeWQudjEuRXhwb3J0UmVzcG9uc2UwARJBCgZJbXBvcnQSGS5tZW1vcnlkLnYxLkltcG9ydFJlcXVlc3QaGi5tZW1vcnlkLnYxLkltcG9ydFJlc3BvbnNlKAESPAoFVXNhZ2USGC5tZW1vcnlkLnYxLlVzYWdlUmVxdWVzdBoZLm1lbW9yeWQudjEuVXNhZ2VSZXNwb25zZRJUCg1SZW5kZXJDb250ZXh0EiAubWVtb3J5ZC52MS5SZW5kZXJDb250ZXh0UmVxdWVzdBohLm1lbW9yeWQudjEuUmVuZGVyQ29udGV4dFJlc3BvbnNlEksKCkVuZFNlc3Npb24SHS5tZW1vcnlkLnYxLkVuZFNlc3Npb25SZXF1ZXN0Gh4ubWVtb3J5ZC52MS5FbmRTZXNzaW9uUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("ChdtZW1vcnlkL3YxL21lbW9yeS5wcm90bxIKbWVtb3J5ZC52MSJPCgVTY29wZRIPCgd1c2VyX2lkGAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSDwoHdGFza19pZBgEIAEoCSIyCgtFcGlzb2RlU3RlcBIOCgZhY3Rpb24YASABKAkSEwoLb2JzZXJ2YXRpb24YAiABKAkiYQoHRXBpc29kZRIMCgR0YXNrGAEgASgJEiYKBXN0ZXBzGAIgAygLMhcubWVtb3J5ZC52MS5FcGlzb2RlU3RlcBIPCgdvdXRjb21lGAMgASgJEg8KB3N1Y2Nlc3MYBCABKAgingEKCFJlbGF0aW9uEg8KB3N1YmplY3QYASABKAkSEQoJcHJlZGljYXRlGAIgASgJEg4KBm9iamVjdBgDIAEoCRIuCgp2YWxpZF9mcm9tGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgppbnZhbGlkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJzCgZFbnRpdHkSDAoEbmFtZRgBIAEoCRIMCgR0eXBlGAIgASgJEg8KB2FsaWFzZXMYAyADKAkSEwoLZGVzY3JpcHRpb24YBCABKAkSJwoJcmVsYXRpb25zGAUgAygLMhQubWVtb3J5ZC52MS5SZWxhdGlvbiJzCgtGYWN0VmVyc2lvbhIPCgdjb250ZW50GAEgASgJEiIKBnNvdXJjZRgCIAEoDjISLm1lbW9yeWQudjEuU291cmNlEi8KC3JlcGxhY2VkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKdAQoOQ29tbWFuZE91dGNvbWUSKQoGYWN0aW9uGAEgASgOMhkubWVtb3J5ZC52MS5Db21tYW5kQWN0aW9uEg8KB3N1YmplY3QYAiABKAkSJQoFZmFjdHMYAyADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0SKAoJb3BlcmF0aW9uGAQgASgOMhUubWVtb3J5ZC52MS5PcGVyYXRpb24i/QYKCk1lbW9yeUl0ZW0SCgoCaWQYASABKAkSHgoEdGllchgCIAEoDjIQLm1lbW9yeWQudjEuVGllchIeCgRraW5kGAMgASgOMhAubWVtb3J5ZC52MS5LaW5kEg8KB2NvbnRlbnQYBCABKAkSCwoDa2V5GAUgASgJEg0KBXNjb3JlGAYgASgCEjYKCG1ldGFkYXRhGAcgAygLMiQubWVtb3J5ZC52MS5NZW1vcnlJdGVtLk1ldGFkYXRhRW50cnkSEgoKaW1wb3J0YW5jZRgIIAEoAhIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIiCgZzb3VyY2UYDCABKA4yEi5tZW1vcnlkLnYxLlNvdXJjZRIeCgRyb2xlGA0gASgOMhAubWVtb3J5ZC52MS5Sb2xlEhAKCGFnZW50X2lkGA4gASgJEhIKCnNlc3Npb25faWQYDyABKAkSDwoHdGFza19pZBgQIAEoCRIkCgdlcGlzb2RlGBEgASgLMhMubWVtb3J5ZC52MS5FcGlzb2RlEiYKCHJlbGF0aW9uGBIgASgLMhQubWVtb3J5ZC52MS5SZWxhdGlvbhIVCg1kb2N1bWVudF9qc29uGBMgASgJEhAKCGFyY2hpdmVkGBQgASgIEg8KB2RlbGV0ZWQYFSABKAgSIgoGZW50aXR5GBYgASgLMhIubWVtb3J5ZC52MS5FbnRpdHkSKAoHaGlzdG9yeRgXIAMoCzIXLm1lbW9yeWQudjEuRmFjdFZlcnNpb24SLwoLb2NjdXJyZWRfYXQYGCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHBvc2l0aW9uGBkgASgFEicKB2NvbnRleHQYGiADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0SLAoHZXhwbGFpbhgbIAEoCzIbLm1lbW9yeWQudjEuU2NvcmVDb21wb25lbnRzGi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKyAQoPU2NvcmVDb21wb25lbnRzEg0KBWRlbnNlGAEgASgCEg8KB2tleXdvcmQYAiABKAISNQoFbGlmdHMYAyADKAsyJi5tZW1vcnlkLnYxLlNjb3JlQ29tcG9uZW50cy5MaWZ0c0VudHJ5EgsKA21tchgEIAEoAhINCgVmaW5hbBgFIAEoAhosCgpMaWZ0c0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoAjoCOAEi3wQKCkFkZFJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEh4KBHRpZXIYAiABKA4yEC5tZW1vcnlkLnYxLlRpZXISDwoHY29udGVudBgDIAEoCRIeCgRraW5kGAQgASgOMhAubWVtb3J5ZC52MS5LaW5kEgsKA2tleRgFIAEoCRI2CghtZXRhZGF0YRgGIAMoCzIkLm1lbW9yeWQudjEuQWRkUmVxdWVzdC5NZXRhZGF0YUVudHJ5EhcKCmltcG9ydGFuY2UYByABKAJIAIgBARIuCgpleHBpcmVzX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIeCgRyb2xlGAkgASgOMhAubWVtb3J5ZC52MS5Sb2xlEiIKBnNvdXJjZRgKIAEoDjISLm1lbW9yeWQudjEuU291cmNlEhIKCmF1dG9fcHJ1bmUYCyABKAgSJAoHZXBpc29kZRgMIAEoCzITLm1lbW9yeWQudjEuRXBpc29kZRImCghyZWxhdGlvbhgNIAEoCzIULm1lbW9yeWQudjEuUmVsYXRpb24SFQoNZG9jdW1lbnRfanNvbhgOIAEoCRIiCgZlbnRpdHkYDyABKAsyEi5tZW1vcnlkLnYxLkVudGl0eRIvCgtvY2N1cnJlZF9hdBgQIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAaLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQg0KC19pbXBvcnRhbmNlItoBCgtBZGRSZXNwb25zZRIRCgltZW1vcnlfaWQYASABKAkSKAoJb3BlcmF0aW9uGAIgASgOMhUubWVtb3J5ZC52MS5PcGVyYXRpb24SHgoEdGllchgDIAEoDjIQLm1lbW9yeWQudjEuVGllchISCgpsYXRlbmN5X21zGAQgASgBEhcKD3F1b3RhX3JlbWFpbmluZxgFIAEoAxIUCgxldmljdGVkX2tleXMYBiADKAkSKwoHY29tbWFuZBgHIAEoCzIaLm1lbW9yeWQudjEuQ29tbWFuZE91dGNvbWUiOAoPQWRkQmF0Y2hSZXF1ZXN0EiUKBWl0ZW1zGAEgAygLMhYubWVtb3J5ZC52MS5BZGRSZXF1ZXN0IkkKCUl0ZW1FcnJvchIMCgRjb2RlGAEgASgFEg8KB21lc3NhZ2UYAiABKAkSDQoFZmllbGQYAyABKAkSDgoGcmVhc29uGAQgASgJIv4BCg5BZGRCYXRjaFJlc3VsdBINCgVpbmRleBgBIAEoBRIRCgltZW1vcnlfaWQYAiABKAkSKAoJb3BlcmF0aW9uGAMgASgOMhUubWVtb3J5ZC52MS5PcGVyYXRpb24SHgoEdGllchgEIAEoDjIQLm1lbW9yeWQudjEuVGllchIXCg9xdW90YV9yZW1haW5pbmcYBSABKAMSFAoMZXZpY3RlZF9rZXlzGAYgAygJEiQKBWVycm9yGAcgASgLMhUubWVtb3J5ZC52MS5JdGVtRXJyb3ISKwoHY29tbWFuZBgIIAEoCzIaLm1lbW9yeWQudjEuQ29tbWFuZE91dGNvbWUiggEKEEFkZEJhdGNoUmVzcG9uc2USKwoHcmVzdWx0cxgBIAMoCzIaLm1lbW9yeWQudjEuQWRkQmF0Y2hSZXN1bHQSFwoPc3VjY2VlZGVkX2NvdW50GAIgASgFEhQKDGZhaWxlZF9jb3VudBgDIAEoBRISCgpsYXRlbmN5X21zGAQgASgBIvkCCg9SZXRyaWV2ZVJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEg0KBXF1ZXJ5GAIgASgJEh8KBXRpZXJzGAMgAygOMhAubWVtb3J5ZC52MS5UaWVyEg0KBXRvcF9rGAQgASgFEjkKB2ZpbHRlcnMYBSADKAsyKC5tZW1vcnlkLnYxLlJldHJpZXZlUmVxdWVzdC5GaWx0ZXJzRW50cnkSHwoFa2luZHMYBiADKA4yEC5tZW1vcnlkLnYxLktpbmQSFgoJbWluX3Njb3JlGAcgASgCSACIAQESGQoMdG9rZW5fYnVkZ2V0GAggASgFSAGIAQESFgoOY29udGV4dF93aW5kb3cYCSABKAUSDwoHZXhwbGFpbhgKIAEoCBouCgxGaWx0ZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIMCgpfbWluX3Njb3JlQg8KDV90b2tlbl9idWRnZXQi4QEKEFJldHJpZXZlUmVzcG9uc2USJQoFaXRlbXMYASADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0SEwoLdG90YWxfY291bnQYAiABKAUSFAoMZW1iZWRkaW5nX21zGAMgASgBEhQKDHJldHJpZXZhbF9tcxgEIAEoARITCgt0b2tlbl9jb3VudBgFIAEoBRIRCgl0cnVuY2F0ZWQYBiABKAgSFAoMcmF0ZV9saW1pdGVkGAcgASgIEicKDXNraXBwZWRfdGllcnMYCCADKA4yEC5tZW1vcnlkLnYxLlRpZXIiaQoKR2V0UmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUSHgoEdGllchgCIAEoDjIQLm1lbW9yeWQudjEuVGllchILCgNpZHMYAyADKAkSDAoEa2V5cxgEIAMoCSJFCgtHZXRSZXNwb25zZRIlCgVpdGVtcxgBIAMoCzIWLm1lbW9yeWQudjEuTWVtb3J5SXRlbRIPCgdtaXNzaW5nGAIgAygJImwKDURlbGV0ZVJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEh4KBHRpZXIYAiABKA4yEC5tZW1vcnlkLnYxLlRpZXISCwoDaWRzGAMgAygJEgwKBGtleXMYBCADKAkiJwoORGVsZXRlUmVzcG9uc2USFQoNZGVsZXRlZF9jb3VudBgBIAEoAyKhAgoMUHJ1bmVSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIfCgV0aWVycxgCIAMoDjIQLm1lbW9yeWQudjEuVGllchIrCghzdHJhdGVneRgDIAEoDjIZLm1lbW9yeWQudjEuUHJ1bmVTdHJhdGVneRIPCgdwZXJjZW50GAQgASgCEhcKD29sZGVyX3RoYW5fZGF5cxgFIAEoBRI2CgdmaWx0ZXJzGAYgAygLMiUubWVtb3J5ZC52MS5QcnVuZVJlcXVlc3QuRmlsdGVyc0VudHJ5Eg8KB2RyeV9ydW4YByABKAgaLgoMRmlsdGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiOgoJVGllckNvdW50Eh4KBHRpZXIYASABKA4yEC5tZW1vcnlkLnYxLlRpZXISDQoFY291bnQYAiABKAMieAoNUHJ1bmVSZXNwb25zZRIVCg1kZWxldGVkX2NvdW50GAEgASgDEhYKDmFyY2hpdmVkX2NvdW50GAIgASgDEg8KB2RyeV9ydW4YAyABKAgSJwoIcGVyX3RpZXIYBCADKAsyFS5tZW1vcnlkLnYxLlRpZXJDb3VudCJsCg1FeHBvcnRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIfCgV0aWVycxgCIAMoDjIQLm1lbW9yeWQudjEuVGllchIYChBpbmNsdWRlX2FyY2hpdmVkGAMgASgIIscBCgxFeHBvcnRIZWFkZXISDwoHdXNlcl9pZBgBIAEoCRIvCgtleHBvcnRlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoGY291bnRzGAMgAygLMhUubWVtb3J5ZC52MS5UaWVyQ291bnQSDQoFdG90YWwYBCABKAMSFgoOZm9ybWF0X3ZlcnNpb24YBSABKAkSJwoNc2tpcHBlZF90aWVycxgGIAMoDjIQLm1lbW9yeWQudjEuVGllciJVCg1FeHBvcnRUcmFpbGVyEhIKCml0ZW1fY291bnQYASABKAMSFwoPY2hlY2tzdW1fc2hhMjU2GAIgASgJEhcKD2NoZWNrc3VtX2Zvcm1hdBgDIAEoCSKdAQoORXhwb3J0UmVzcG9uc2USKgoGaGVhZGVyGAEgASgLMhgubWVtb3J5ZC52MS5FeHBvcnRIZWFkZXJIABImCgRpdGVtGAIgASgLMhYubWVtb3J5ZC52MS5NZW1vcnlJdGVtSAASLAoHdHJhaWxlchgDIAEoCzIZLm1lbW9yeWQudjEuRXhwb3J0VHJhaWxlckgAQgkKB3BheWxvYWQi0gEKDUltcG9ydFJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEioKBmhlYWRlchgCIAEoCzIYLm1lbW9yeWQudjEuRXhwb3J0SGVhZGVySAASJgoEaXRlbRgDIAEoCzIWLm1lbW9yeWQudjEuTWVtb3J5SXRlbUgAEiwKB3RyYWlsZXIYBCABKAsyGS5tZW1vcnlkLnYxLkV4cG9ydFRyYWlsZXJIABISCgphdXRvX3BydW5lGAUgASgIQgkKB3BheWxvYWQiWgoOSW1wb3J0UmVzcG9uc2USFgoOaW1wb3J0ZWRfY291bnQYASABKAMSFQoNc2tpcHBlZF9jb3VudBgCIAEoAxIZChFjaGVja3N1bV92ZXJpZmllZBgDIAEoCCIwCgxVc2FnZVJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlIoABCglUaWVyVXNhZ2USHgoEdGllchgBIAEoDjIQLm1lbW9yeWQudjEuVGllchINCgVjb3VudBgCIAEoAxINCgVieXRlcxgDIAEoAxIRCgltYXhfY291bnQYBCABKAMSEQoJbWF4X2J5dGVzGAUgASgDEg8KB3BlcmNlbnQYBiABKAEiXQoKVXNhZ2VBbGVydBIeCgR0aWVyGAEgASgOMhAubWVtb3J5ZC52MS5UaWVyEg0KBWxldmVsGAIgASgJEg8KB3BlcmNlbnQYAyABKAESDwoHbWVzc2FnZRgEIAEoCSLBAQoNVXNhZ2VSZXNwb25zZRIkCgV0aWVycxgBIAMoCzIVLm1lbW9yeWQudjEuVGllclVzYWdlEiYKBmFsZXJ0cxgCIAMoCzIWLm1lbW9yeWQudjEuVXNhZ2VBbGVydBIiChplc3RpbWF0ZWRfbW9udGhseV9jb3N0X3VzZBgDIAEoARIVCg1xdW90YV9wcm9maWxlGAQgASgJEicKDXNraXBwZWRfdGllcnMYBSADKA4yEC5tZW1vcnlkLnYxLlRpZXIi4QEKFFJlbmRlckNvbnRleHRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRINCgVxdWVyeRgCIAEoCRIZCgx0b2tlbl9idWRnZXQYAyABKAVIAIgBARIfCgV0aWVycxgEIAMoDjIQLm1lbW9yeWQudjEuVGllchINCgV0b3BfaxgFIAEoBRIWCgltaW5fc2NvcmUYBiABKAJIAYgBARIWCg5jb250ZXh0X3dpbmRvdxgHIAEoBUIPCg1fdG9rZW5fYnVkZ2V0QgwKCl9taW5fc2NvcmUiegoVUmVuZGVyQ29udGV4dFJlc3BvbnNlEg8KB2NvbnRleHQYASABKAkSEwoLdG9rZW5fY291bnQYAiABKAUSEQoJdHJ1bmNhdGVkGAMgASgIEhIKCml0ZW1fY291bnQYBCABKAUSFAoMcmF0ZV9saW1pdGVkGAUgASgIIncKEUVuZFNlc3Npb25SZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIaCg1leHRyYWN0X2ZhY3RzGAIgASgISACIAQESEgoKYXV0b19wcnVuZRgDIAEoCEIQCg5fZXh0cmFjdF9mYWN0cyKsAgoSRW5kU2Vzc2lvblJlc3BvbnNlEhoKEm1lc3NhZ2VzX3Byb2Nlc3NlZBgBIAEoBRIXCg9mYWN0c19leHRyYWN0ZWQYAiABKAUSJQoFZmFjdHMYAyADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0SEwoLYWRkZWRfY291bnQYBCABKAUSFQoNdXBkYXRlZF9jb3VudBgFIAEoBRIVCg1za2lwcGVkX2NvdW50GAYgASgFEhEKCWFkZGVkX2lkcxgHIAMoCRITCgt1cGRhdGVkX2lkcxgIIAMoCRIaChJleHRyYWN0aW9uX3NraXBwZWQYCSABKAgSIQoZZXh0cmFjdGlvbl9za2lwcGVkX3JlYXNvbhgKIAEoCRIQCgh3YXJuaW5ncxgLIAMoCSJRChBMaXN0VXNlcnNSZXF1ZXN0EhYKDnVzZXJfaWRfcHJlZml4GAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIqABCgtVc2VyU3VtbWFyeRIPCgd1c2VyX2lkGAEgASgJEiQKBXRpZXJzGAIgAygLMhUubWVtb3J5ZC52MS5UaWVyVXNhZ2USJgoGYWxlcnRzGAMgAygLMhYubWVtb3J5ZC52MS5Vc2FnZUFsZXJ0EjIKDmxhc3RfYWN0aXZlX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJUChFMaXN0VXNlcnNSZXNwb25zZRImCgV1c2VycxgBIAMoCzIXLm1lbW9yeWQudjEuVXNlclN1bW1hcnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIo8CChNMaXN0TWVtb3JpZXNSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIfCgV0aWVycxgCIAMoDjIQLm1lbW9yeWQudjEuVGllchIfCgVraW5kcxgDIAMoDjIQLm1lbW9yeWQudjEuS2luZBI9CgdmaWx0ZXJzGAQgAygLMiwubWVtb3J5ZC52MS5MaXN0TWVtb3JpZXNSZXF1ZXN0LkZpbHRlcnNFbnRyeRIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRouCgxGaWx0ZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJWChRMaXN0TWVtb3JpZXNSZXNwb25zZRIlCgVpdGVtcxgBIAMoCzIWLm1lbW9yeWQudjEuTWVtb3J5SXRlbRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkqogEKBFRpZXISFAoQVElFUl9VTlNQRUNJRklFRBAAEhAKDFRJRVJfV09SS0lORxABEhMKD1RJRVJfU0hPUlRfVEVSTRACEhIKDlRJRVJfTE9OR19URVJNEAMSEAoMVElFUl9QRVJTT05BEAQSEQoNVElFUl9FUElTT0RJQxAFEg8KC1RJRVJfRU5USVRZEAYSEwoPVElFUl9TVFJVQ1RVUkVEEAcqvQEKBEtpbmQSFAoQS0lORF9VTlNQRUNJRklFRBAAEg0KCUtJTkRfRkFDVBABEhMKD0tJTkRfUFJFRkVSRU5DRRACEhEKDUtJTkRfREVDSVNJT04QAxINCglLSU5EX05PVEUQBBIQCgxLSU5EX01FU1NBR0UQBRIQCgxLSU5EX0VQSVNPREUQBhIPCgtLSU5EX0VOVElUWRAHEhEKDUtJTkRfUkVMQVRJT04QCBIRCg1LSU5EX0RPQ1VNRU5UEAkqigEKCU9wZXJhdGlvbhIZChVPUEVSQVRJT05fVU5TUEVDSUZJRUQQABIRCg1PUEVSQVRJT05fQUREEAESHAoYT1BFUkFUSU9OX0FERF9XSVRIX1BSVU5FEAISGgoWT1BFUkFUSU9OX0RFRFVQTElDQVRFRBADEhUKEU9QRVJBVElPTl9VUERBVEVEEAQqXwoEUm9sZRIUChBST0xFX1VOU1BFQ0lGSUVEEAASDQoJUk9MRV9VU0VSEAESEgoOUk9MRV9BU1NJU1RBTlQQAhIPCgtST0xFX1NZU1RFTRADEg0KCVJPTEVfVE9PTBAEKkYKBlNvdXJjZRIWChJTT1VSQ0VfVU5TUEVDSUZJRUQQABITCg9TT1VSQ0VfRVhQTElDSVQQARIPCgtTT1VSQ0VfQVVUTxACKmcKDUNvbW1hbmRBY3Rpb24SHgoaQ09NTUFORF9BQ1RJT05fVU5TUEVDSUZJRUQQABIbChdDT01NQU5EX0FDVElPTl9SRU1FTUJFUhABEhkKFUNPTU1BTkRfQUNUSU9OX0ZPUkdFVBACKssBCg1QcnVuZVN0cmF0ZWd5Eh4KGlBSVU5FX1NUUkFURUdZX1VOU1BFQ0lGSUVEEAASIQodUFJVTkVfU1RSQVRFR1lfT0xERVNUX1BFUkNFTlQQARIaChZQUlVORV9TVFJBVEVHWV9FWFBJUkVEEAISJQohUFJVTkVfU1RSQVRFR1lfQVJDSElWRV9PTERFUl9USEFOEAMSHAoYUFJVTkVfU1RSQVRFR1lfQllfRklMVEVSEAQSFgoSUFJVTkVfU1RSQVRFR1lfQUxMEAUykAcKDU1lbW9yeVNlcnZpY2USNgoDQWRkEhYubWVtb3J5ZC52MS5BZGRSZXF1ZXN0GhcubWVtb3J5ZC52MS5BZGRSZXNwb25zZRJFCghBZGRCYXRjaBIbLm1lbW9yeWQudjEuQWRkQmF0Y2hSZXF1ZXN0GhwubWVtb3J5ZC52MS5BZGRCYXRjaFJlc3BvbnNlEkUKCFJldHJpZXZlEhsubWVtb3J5ZC52MS5SZXRyaWV2ZVJlcXVlc3QaHC5tZW1vcnlkLnYxLlJldHJpZXZlUmVzcG9uc2USNgoDR2V0EhYubWVtb3J5ZC52MS5HZXRSZXF1ZXN0GhcubWVtb3J5ZC52MS5HZXRSZXNwb25zZRI/CgZEZWxldGUSGS5tZW1vcnlkLnYxLkRlbGV0ZVJlcXVlc3QaGi5tZW1vcnlkLnYxLkRlbGV0ZVJlc3BvbnNlEjwKBVBydW5lEhgubWVtb3J5ZC52MS5QcnVuZVJlcXVlc3QaGS5tZW1vcnlkLnYxLlBydW5lUmVzcG9uc2USQQoGRXhwb3J0EhkubWVtb3J5ZC52MS5FeHBvcnRSZXF1ZXN0GhoubWVtb3J5ZC52MS5FeHBvcnRSZXNwb25zZTABEkEKBkltcG9ydBIZLm1lbW9yeWQudjEuSW1wb3J0UmVxdWVzdBoaLm1lbW9yeWQudjEuSW1wb3J0UmVzcG9uc2UoARI8CgVVc2FnZRIYLm1lbW9yeWQudjEuVXNhZ2VSZXF1ZXN0GhkubWVtb3J5ZC52MS5Vc2FnZVJlc3BvbnNlElQKDVJlbmRlckNvbnRleHQSIC5tZW1vcnlkLnYxLlJlbmRlckNvbnRleHRSZXF1ZXN0GiEubWVtb3J5ZC52MS5SZW5kZXJDb250ZXh0UmVzcG9uc2USSwoKRW5kU2Vzc2lvbhIdLm1lbW9yeWQudjEuRW5kU2Vzc2lvblJlcXVlc3QaHi5tZW1vcnlkLnYxLkVuZFNlc3Npb25SZXNwb25zZRJICglMaXN0VXNlcnMSHC5tZW1vcnlkLnYxLkxpc3RVc2Vyc1JlcXVlc3QaHS5tZW1vcnlkLnYxLkxpc3RVc2Vyc1Jlc3BvbnNlElEKDExpc3RNZW1vcmllcxIfLm1lbW9yeWQudjEuTGlzdE1lbW9yaWVzUmVxdWVzdBogLm1lbW9yeWQudjEuTGlzdE1lbW9yaWVzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * Who and what a request is about. user_id is always required; the tier decides
@@ -426,6 +426,13 @@ export type MemoryItem = Message<"memoryd.v1.MemoryItem"> & {
    * @generated from field: repeated memoryd.v1.MemoryItem context = 26;
    */
   context: MemoryItem[];
+
+  /**
+   * Retrieve with explain: why the hit ranked where it did.
+   *
+   * @generated from field: memoryd.v1.ScoreComponents explain = 27;
+   */
+  explain?: ScoreComponents | undefined;
 };
 
 /**
@@ -434,6 +441,56 @@ export type MemoryItem = Message<"memoryd.v1.MemoryItem"> & {
  */
 export const MemoryItemSchema: GenMessage<MemoryItem> = /*@__PURE__*/
   messageDesc(file_memoryd_v1_memory, 7);
+
+/**
+ * The parts of a hit's score (RetrieveRequest.explain). Components the ranking did not
+ * use for this hit are 0.
+ *
+ * @generated from message memoryd.v1.ScoreComponents
+ */
+export type ScoreComponents = Message<"memoryd.v1.ScoreComponents"> & {
+  /**
+   * Cosine similarity of the query and the memory's embedding.
+   *
+   * @generated from field: float dense = 1;
+   */
+  dense: number;
+
+  /**
+   * The keyword (BM25) share added to the dense score.
+   *
+   * @generated from field: float keyword = 2;
+   */
+  keyword: number;
+
+  /**
+   * Each lift applied after fusion, by name (recency, importance, temporal, ...).
+   *
+   * @generated from field: map<string, float> lifts = 3;
+   */
+  lifts: { [key: string]: number };
+
+  /**
+   * The diversity (MMR) adjustment: the score after MMR minus before.
+   *
+   * @generated from field: float mmr = 4;
+   */
+  mmr: number;
+
+  /**
+   * The score returned (MemoryItem.score).
+   *
+   * @generated from field: float final = 5;
+   */
+  final: number;
+};
+
+/**
+ * Describes the message memoryd.v1.ScoreComponents.
+ * Use `create(ScoreComponentsSchema)` to create a new message.
+ */
+export const ScoreComponentsSchema: GenMessage<ScoreComponents> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 8);
 
 /**
  * @generated from message memoryd.v1.AddRequest
@@ -543,7 +600,7 @@ export type AddRequest = Message<"memoryd.v1.AddRequest"> & {
  * Use `create(AddRequestSchema)` to create a new message.
  */
 export const AddRequestSchema: GenMessage<AddRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 8);
+  messageDesc(file_memoryd_v1_memory, 9);
 
 /**
  * @generated from message memoryd.v1.AddResponse
@@ -598,7 +655,7 @@ export type AddResponse = Message<"memoryd.v1.AddResponse"> & {
  * Use `create(AddResponseSchema)` to create a new message.
  */
 export const AddResponseSchema: GenMessage<AddResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 9);
+  messageDesc(file_memoryd_v1_memory, 10);
 
 /**
  * @generated from message memoryd.v1.AddBatchRequest
@@ -618,7 +675,7 @@ export type AddBatchRequest = Message<"memoryd.v1.AddBatchRequest"> & {
  * Use `create(AddBatchRequestSchema)` to create a new message.
  */
 export const AddBatchRequestSchema: GenMessage<AddBatchRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 10);
+  messageDesc(file_memoryd_v1_memory, 11);
 
 /**
  * Why one item of a batch was not stored: what a single Add of it would have failed with.
@@ -658,7 +715,7 @@ export type ItemError = Message<"memoryd.v1.ItemError"> & {
  * Use `create(ItemErrorSchema)` to create a new message.
  */
 export const ItemErrorSchema: GenMessage<ItemError> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 11);
+  messageDesc(file_memoryd_v1_memory, 12);
 
 /**
  * @generated from message memoryd.v1.AddBatchResult
@@ -718,7 +775,7 @@ export type AddBatchResult = Message<"memoryd.v1.AddBatchResult"> & {
  * Use `create(AddBatchResultSchema)` to create a new message.
  */
 export const AddBatchResultSchema: GenMessage<AddBatchResult> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 12);
+  messageDesc(file_memoryd_v1_memory, 13);
 
 /**
  * @generated from message memoryd.v1.AddBatchResponse
@@ -754,7 +811,7 @@ export type AddBatchResponse = Message<"memoryd.v1.AddBatchResponse"> & {
  * Use `create(AddBatchResponseSchema)` to create a new message.
  */
 export const AddBatchResponseSchema: GenMessage<AddBatchResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 13);
+  messageDesc(file_memoryd_v1_memory, 14);
 
 /**
  * @generated from message memoryd.v1.RetrieveRequest
@@ -819,6 +876,13 @@ export type RetrieveRequest = Message<"memoryd.v1.RetrieveRequest"> & {
    * @generated from field: int32 context_window = 9;
    */
   contextWindow: number;
+
+  /**
+   * Fill each hit's `explain` with the components of its score.
+   *
+   * @generated from field: bool explain = 10;
+   */
+  explain: boolean;
 };
 
 /**
@@ -826,7 +890,7 @@ export type RetrieveRequest = Message<"memoryd.v1.RetrieveRequest"> & {
  * Use `create(RetrieveRequestSchema)` to create a new message.
  */
 export const RetrieveRequestSchema: GenMessage<RetrieveRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 14);
+  messageDesc(file_memoryd_v1_memory, 15);
 
 /**
  * @generated from message memoryd.v1.RetrieveResponse
@@ -888,7 +952,7 @@ export type RetrieveResponse = Message<"memoryd.v1.RetrieveResponse"> & {
  * Use `create(RetrieveResponseSchema)` to create a new message.
  */
 export const RetrieveResponseSchema: GenMessage<RetrieveResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 15);
+  messageDesc(file_memoryd_v1_memory, 16);
 
 /**
  * @generated from message memoryd.v1.GetRequest
@@ -922,7 +986,7 @@ export type GetRequest = Message<"memoryd.v1.GetRequest"> & {
  * Use `create(GetRequestSchema)` to create a new message.
  */
 export const GetRequestSchema: GenMessage<GetRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 16);
+  messageDesc(file_memoryd_v1_memory, 17);
 
 /**
  * @generated from message memoryd.v1.GetResponse
@@ -946,7 +1010,7 @@ export type GetResponse = Message<"memoryd.v1.GetResponse"> & {
  * Use `create(GetResponseSchema)` to create a new message.
  */
 export const GetResponseSchema: GenMessage<GetResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 17);
+  messageDesc(file_memoryd_v1_memory, 18);
 
 /**
  * @generated from message memoryd.v1.DeleteRequest
@@ -980,7 +1044,7 @@ export type DeleteRequest = Message<"memoryd.v1.DeleteRequest"> & {
  * Use `create(DeleteRequestSchema)` to create a new message.
  */
 export const DeleteRequestSchema: GenMessage<DeleteRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 18);
+  messageDesc(file_memoryd_v1_memory, 19);
 
 /**
  * @generated from message memoryd.v1.DeleteResponse
@@ -997,7 +1061,7 @@ export type DeleteResponse = Message<"memoryd.v1.DeleteResponse"> & {
  * Use `create(DeleteResponseSchema)` to create a new message.
  */
 export const DeleteResponseSchema: GenMessage<DeleteResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 19);
+  messageDesc(file_memoryd_v1_memory, 20);
 
 /**
  * @generated from message memoryd.v1.PruneRequest
@@ -1052,7 +1116,7 @@ export type PruneRequest = Message<"memoryd.v1.PruneRequest"> & {
  * Use `create(PruneRequestSchema)` to create a new message.
  */
 export const PruneRequestSchema: GenMessage<PruneRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 20);
+  messageDesc(file_memoryd_v1_memory, 21);
 
 /**
  * @generated from message memoryd.v1.TierCount
@@ -1074,7 +1138,7 @@ export type TierCount = Message<"memoryd.v1.TierCount"> & {
  * Use `create(TierCountSchema)` to create a new message.
  */
 export const TierCountSchema: GenMessage<TierCount> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 21);
+  messageDesc(file_memoryd_v1_memory, 22);
 
 /**
  * @generated from message memoryd.v1.PruneResponse
@@ -1106,7 +1170,7 @@ export type PruneResponse = Message<"memoryd.v1.PruneResponse"> & {
  * Use `create(PruneResponseSchema)` to create a new message.
  */
 export const PruneResponseSchema: GenMessage<PruneResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 22);
+  messageDesc(file_memoryd_v1_memory, 23);
 
 /**
  * @generated from message memoryd.v1.ExportRequest
@@ -1135,7 +1199,7 @@ export type ExportRequest = Message<"memoryd.v1.ExportRequest"> & {
  * Use `create(ExportRequestSchema)` to create a new message.
  */
 export const ExportRequestSchema: GenMessage<ExportRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 23);
+  messageDesc(file_memoryd_v1_memory, 24);
 
 /**
  * @generated from message memoryd.v1.ExportHeader
@@ -1180,7 +1244,7 @@ export type ExportHeader = Message<"memoryd.v1.ExportHeader"> & {
  * Use `create(ExportHeaderSchema)` to create a new message.
  */
 export const ExportHeaderSchema: GenMessage<ExportHeader> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 24);
+  messageDesc(file_memoryd_v1_memory, 25);
 
 /**
  * @generated from message memoryd.v1.ExportTrailer
@@ -1214,7 +1278,7 @@ export type ExportTrailer = Message<"memoryd.v1.ExportTrailer"> & {
  * Use `create(ExportTrailerSchema)` to create a new message.
  */
 export const ExportTrailerSchema: GenMessage<ExportTrailer> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 25);
+  messageDesc(file_memoryd_v1_memory, 26);
 
 /**
  * @generated from message memoryd.v1.ExportResponse
@@ -1249,7 +1313,7 @@ export type ExportResponse = Message<"memoryd.v1.ExportResponse"> & {
  * Use `create(ExportResponseSchema)` to create a new message.
  */
 export const ExportResponseSchema: GenMessage<ExportResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 26);
+  messageDesc(file_memoryd_v1_memory, 27);
 
 /**
  * @generated from message memoryd.v1.ImportRequest
@@ -1299,7 +1363,7 @@ export type ImportRequest = Message<"memoryd.v1.ImportRequest"> & {
  * Use `create(ImportRequestSchema)` to create a new message.
  */
 export const ImportRequestSchema: GenMessage<ImportRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 27);
+  messageDesc(file_memoryd_v1_memory, 28);
 
 /**
  * @generated from message memoryd.v1.ImportResponse
@@ -1328,7 +1392,7 @@ export type ImportResponse = Message<"memoryd.v1.ImportResponse"> & {
  * Use `create(ImportResponseSchema)` to create a new message.
  */
 export const ImportResponseSchema: GenMessage<ImportResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 28);
+  messageDesc(file_memoryd_v1_memory, 29);
 
 /**
  * @generated from message memoryd.v1.UsageRequest
@@ -1345,7 +1409,7 @@ export type UsageRequest = Message<"memoryd.v1.UsageRequest"> & {
  * Use `create(UsageRequestSchema)` to create a new message.
  */
 export const UsageRequestSchema: GenMessage<UsageRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 29);
+  messageDesc(file_memoryd_v1_memory, 30);
 
 /**
  * @generated from message memoryd.v1.TierUsage
@@ -1389,7 +1453,7 @@ export type TierUsage = Message<"memoryd.v1.TierUsage"> & {
  * Use `create(TierUsageSchema)` to create a new message.
  */
 export const TierUsageSchema: GenMessage<TierUsage> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 30);
+  messageDesc(file_memoryd_v1_memory, 31);
 
 /**
  * @generated from message memoryd.v1.UsageAlert
@@ -1423,7 +1487,7 @@ export type UsageAlert = Message<"memoryd.v1.UsageAlert"> & {
  * Use `create(UsageAlertSchema)` to create a new message.
  */
 export const UsageAlertSchema: GenMessage<UsageAlert> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 31);
+  messageDesc(file_memoryd_v1_memory, 32);
 
 /**
  * @generated from message memoryd.v1.UsageResponse
@@ -1462,7 +1526,7 @@ export type UsageResponse = Message<"memoryd.v1.UsageResponse"> & {
  * Use `create(UsageResponseSchema)` to create a new message.
  */
 export const UsageResponseSchema: GenMessage<UsageResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 32);
+  messageDesc(file_memoryd_v1_memory, 33);
 
 /**
  * @generated from message memoryd.v1.RenderContextRequest
@@ -1514,7 +1578,7 @@ export type RenderContextRequest = Message<"memoryd.v1.RenderContextRequest"> & 
  * Use `create(RenderContextRequestSchema)` to create a new message.
  */
 export const RenderContextRequestSchema: GenMessage<RenderContextRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 33);
+  messageDesc(file_memoryd_v1_memory, 34);
 
 /**
  * @generated from message memoryd.v1.RenderContextResponse
@@ -1556,7 +1620,7 @@ export type RenderContextResponse = Message<"memoryd.v1.RenderContextResponse"> 
  * Use `create(RenderContextResponseSchema)` to create a new message.
  */
 export const RenderContextResponseSchema: GenMessage<RenderContextResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 34);
+  messageDesc(file_memoryd_v1_memory, 35);
 
 /**
  * @generated from message memoryd.v1.EndSessionRequest
@@ -1592,7 +1656,7 @@ export type EndSessionRequest = Message<"memoryd.v1.EndSessionRequest"> & {
  * Use `create(EndSessionRequestSchema)` to create a new message.
  */
 export const EndSessionRequestSchema: GenMessage<EndSessionRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 35);
+  messageDesc(file_memoryd_v1_memory, 36);
 
 /**
  * @generated from message memoryd.v1.EndSessionResponse
@@ -1678,7 +1742,174 @@ export type EndSessionResponse = Message<"memoryd.v1.EndSessionResponse"> & {
  * Use `create(EndSessionResponseSchema)` to create a new message.
  */
 export const EndSessionResponseSchema: GenMessage<EndSessionResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 36);
+  messageDesc(file_memoryd_v1_memory, 37);
+
+/**
+ * @generated from message memoryd.v1.ListUsersRequest
+ */
+export type ListUsersRequest = Message<"memoryd.v1.ListUsersRequest"> & {
+  /**
+   * Only users whose id starts with this.
+   *
+   * @generated from field: string user_id_prefix = 1;
+   */
+  userIdPrefix: string;
+
+  /**
+   * 1..200; 0 means 50.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * From a previous ListUsersResponse.next_page_token; empty for the first page.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message memoryd.v1.ListUsersRequest.
+ * Use `create(ListUsersRequestSchema)` to create a new message.
+ */
+export const ListUsersRequestSchema: GenMessage<ListUsersRequest> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 38);
+
+/**
+ * @generated from message memoryd.v1.UserSummary
+ */
+export type UserSummary = Message<"memoryd.v1.UserSummary"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * Usage per tier, as Usage reports it.
+   *
+   * @generated from field: repeated memoryd.v1.TierUsage tiers = 2;
+   */
+  tiers: TierUsage[];
+
+  /**
+   * @generated from field: repeated memoryd.v1.UsageAlert alerts = 3;
+   */
+  alerts: UsageAlert[];
+
+  /**
+   * The user's latest write.
+   *
+   * @generated from field: google.protobuf.Timestamp last_active_at = 4;
+   */
+  lastActiveAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message memoryd.v1.UserSummary.
+ * Use `create(UserSummarySchema)` to create a new message.
+ */
+export const UserSummarySchema: GenMessage<UserSummary> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 39);
+
+/**
+ * @generated from message memoryd.v1.ListUsersResponse
+ */
+export type ListUsersResponse = Message<"memoryd.v1.ListUsersResponse"> & {
+  /**
+   * @generated from field: repeated memoryd.v1.UserSummary users = 1;
+   */
+  users: UserSummary[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message memoryd.v1.ListUsersResponse.
+ * Use `create(ListUsersResponseSchema)` to create a new message.
+ */
+export const ListUsersResponseSchema: GenMessage<ListUsersResponse> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 40);
+
+/**
+ * @generated from message memoryd.v1.ListMemoriesRequest
+ */
+export type ListMemoriesRequest = Message<"memoryd.v1.ListMemoriesRequest"> & {
+  /**
+   * user_id is required; session_id, when given, selects that session's memories.
+   *
+   * @generated from field: memoryd.v1.Scope scope = 1;
+   */
+  scope?: Scope | undefined;
+
+  /**
+   * Empty means every tier whose memories are kept in the vector store.
+   *
+   * @generated from field: repeated memoryd.v1.Tier tiers = 2;
+   */
+  tiers: Tier[];
+
+  /**
+   * @generated from field: repeated memoryd.v1.Kind kinds = 3;
+   */
+  kinds: Kind[];
+
+  /**
+   * Metadata equality filters.
+   *
+   * @generated from field: map<string, string> filters = 4;
+   */
+  filters: { [key: string]: string };
+
+  /**
+   * 1..200; 0 means 50.
+   *
+   * @generated from field: int32 page_size = 5;
+   */
+  pageSize: number;
+
+  /**
+   * @generated from field: string page_token = 6;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message memoryd.v1.ListMemoriesRequest.
+ * Use `create(ListMemoriesRequestSchema)` to create a new message.
+ */
+export const ListMemoriesRequestSchema: GenMessage<ListMemoriesRequest> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 41);
+
+/**
+ * @generated from message memoryd.v1.ListMemoriesResponse
+ */
+export type ListMemoriesResponse = Message<"memoryd.v1.ListMemoriesResponse"> & {
+  /**
+   * @generated from field: repeated memoryd.v1.MemoryItem items = 1;
+   */
+  items: MemoryItem[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message memoryd.v1.ListMemoriesResponse.
+ * Use `create(ListMemoriesResponseSchema)` to create a new message.
+ */
+export const ListMemoriesResponseSchema: GenMessage<ListMemoriesResponse> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 42);
 
 /**
  * @generated from enum memoryd.v1.Tier
@@ -2117,6 +2348,28 @@ export const MemoryService: GenService<{
     methodKind: "unary";
     input: typeof EndSessionRequestSchema;
     output: typeof EndSessionResponseSchema;
+  },
+  /**
+   * The tenant's users (the credential's tenant), in id order, a page at a time, each with
+   * its usage per tier and last activity. Reader and admin credentials only.
+   *
+   * @generated from rpc memoryd.v1.MemoryService.ListUsers
+   */
+  listUsers: {
+    methodKind: "unary";
+    input: typeof ListUsersRequestSchema;
+    output: typeof ListUsersResponseSchema;
+  },
+  /**
+   * A user's memories across the stored tiers, a page at a time, filtered by tier, kind,
+   * session and metadata; newest storage order is not promised, the order is stable.
+   *
+   * @generated from rpc memoryd.v1.MemoryService.ListMemories
+   */
+  listMemories: {
+    methodKind: "unary";
+    input: typeof ListMemoriesRequestSchema;
+    output: typeof ListMemoriesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_memoryd_v1_memory, 0);
