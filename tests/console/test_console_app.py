@@ -47,7 +47,7 @@ async def test_every_answer_carries_the_security_headers(stack: Stack) -> None:
         assert "script-src 'none'" in CSP and "default-src 'self'" in CSP
         assert reply.headers["x-content-type-options"] == "nosniff"
         assert reply.headers["x-frame-options"] == "DENY"
-        assert reply.headers["referrer-policy"] == "no-referrer"
+        assert reply.headers["referrer-policy"] == "same-origin"
     page = (await client.get("/")).text
     assert "<script" not in page and "style=" not in page
 
