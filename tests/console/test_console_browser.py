@@ -12,13 +12,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 import uvicorn
+from playwright.async_api import Browser, Page, async_playwright, expect
 from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from console_stack import Stack, _Server, free_port, served, stack
 
-playwright_api = pytest.importorskip("playwright.async_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(
     shutil.which("chromium") is None, reason="chromium is not installed (make chromium)"
@@ -27,15 +27,15 @@ __all__ = ["served", "stack"]  # the fixtures, imported for the tests below
 
 
 @pytest.fixture
-async def browser() -> AsyncIterator[object]:
-    async with playwright_api.async_playwright() as p:
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as p:
         chromium = await p.chromium.launch(executable_path=CHROMIUM, headless=True)
         yield chromium
         await chromium.close()
 
 
-async def sign_in(browser: object, stack: Stack, key: str) -> object:
-    context = await browser.new_context(base_url=stack.url)  # type: ignore[attr-defined]
+async def sign_in(browser: Browser, stack: Stack, key: str) -> Page:
+    context = await browser.new_context(base_url=stack.url)
     page = await context.new_page()
     await page.goto("/")
     assert page.url.endswith("/signin")
@@ -46,10 +46,9 @@ async def sign_in(browser: object, stack: Stack, key: str) -> object:
 
 
 async def test_sign_in_browse_a_user_a_memory_and_the_entity_graph(
-    served: Stack, browser: object
+    served: Stack, browser: Browser
 ) -> None:
     page = await sign_in(browser, served, served.admin)
-    expect = playwright_api.expect
     await expect(page.get_by_role("link", name="ana", exact=True)).to_be_visible()
     await expect(page.get_by_role("link", name="bob", exact=True)).to_be_visible()
     await page.get_by_role("link", name="ana", exact=True).click()
@@ -70,27 +69,25 @@ async def test_sign_in_browse_a_user_a_memory_and_the_entity_graph(
 
 
 async def test_ask_shows_the_hits_with_their_scores_and_the_memory_block(
-    served: Stack, browser: object
+    served: Stack, browser: Browser
 ) -> None:
     page = await sign_in(browser, served, served.reader)
     await page.goto("/users/ana/ask")
     await page.get_by_label("Query").fill("skiing preferences")
     await page.get_by_label("Token budget").fill("300")
     await page.get_by_role("button", name="Ask").click()
-    expect = playwright_api.expect
     first = page.locator("table.hits tbody tr").first
     await expect(first).to_contain_text("ana enjoys skiing")
     await expect(page.locator("pre.block")).to_contain_text("<memory>")
     await expect(page.locator(".tokens")).to_contain_text("tokens")
 
 
-async def test_an_admin_erases_a_user_and_sees_the_proof(served: Stack, browser: object) -> None:
+async def test_an_admin_erases_a_user_and_sees_the_proof(served: Stack, browser: Browser) -> None:
     page = await sign_in(browser, served, served.admin)
     await page.goto("/users/bob/erase")
     button = page.get_by_role("button", name="Erase this user")
     await page.get_by_label("Type the user id").fill("bob")
     await button.click()
-    expect = playwright_api.expect
     await expect(page.get_by_role("heading", name="User bob erased")).to_be_visible()
     await expect(page.locator("ul.removed")).to_contain_text("long_term: 1")
     await expect(page.get_by_role("status")).to_have_text("Nothing of this user is left.")
@@ -98,15 +95,14 @@ async def test_an_admin_erases_a_user_and_sees_the_proof(served: Stack, browser:
     await expect(page.get_by_role("link", name="bob", exact=True)).to_have_count(0)
 
 
-async def test_a_reader_is_refused_the_erase_form(served: Stack, browser: object) -> None:
+async def test_a_reader_is_refused_the_erase_form(served: Stack, browser: Browser) -> None:
     page = await sign_in(browser, served, served.reader)
     await page.goto("/users/ana/erase")
-    expect = playwright_api.expect
     await expect(page.get_by_role("alert")).to_contain_text("may not erase")
     await expect(page.get_by_role("button", name="Erase this user")).to_have_count(0)
 
 
-async def test_a_forged_cross_site_post_is_refused(served: Stack, browser: object) -> None:
+async def test_a_forged_cross_site_post_is_refused(served: Stack, browser: Browser) -> None:
     """A page on another site whose form posts to the console's erase URL, submitted in the
     browser where the operator is signed in: no session cookie goes with it (SameSite
     Strict) and it has no CSRF token; the user is still there."""
@@ -133,15 +129,14 @@ async def test_a_forged_cross_site_post_is_refused(served: Stack, browser: objec
         await page.wait_for_load_state()
         assert "erased" not in (await page.content())
         await page.goto(f"{served.url}/users/bob")
-        await playwright_api.expect(page.get_by_text("bob owns a red bicycle")).to_be_visible()
+        await expect(page.get_by_text("bob owns a red bicycle")).to_be_visible()
     finally:
         server.should_exit = True
         await task
 
 
-async def test_a_second_tenants_users_are_never_listed(served: Stack, browser: object) -> None:
+async def test_a_second_tenants_users_are_never_listed(served: Stack, browser: Browser) -> None:
     page = await sign_in(browser, served, served.other_admin)
-    expect = playwright_api.expect
     await expect(page.get_by_role("link", name="zoe", exact=True)).to_be_visible()
     await expect(page.locator("table.users tbody tr")).to_have_count(1)
     await page.get_by_label("User id starts with").fill("a")
@@ -150,7 +145,7 @@ async def test_a_second_tenants_users_are_never_listed(served: Stack, browser: o
 
 
 async def test_every_action_of_a_user_is_reachable_from_the_keyboard(
-    served: Stack, browser: object
+    served: Stack, browser: Browser
 ) -> None:
     page = await sign_in(browser, served, served.admin)
     await page.goto("/users/ana")

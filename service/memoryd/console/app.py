@@ -428,7 +428,13 @@ class Console:
                 break
         picture = graph.layout(items)
         return self.page(
-            request, "graph.html", session, user_id=user_id, graph=picture, more=bool(token)
+            request,
+            "graph.html",
+            session,
+            user_id=user_id,
+            graph=picture,
+            more=bool(token),
+            node_radius=graph.NODE_RADIUS,
         )
 
     async def ask(self, request: Request, session: Session) -> Response:

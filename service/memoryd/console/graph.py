@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from memoryd.v1 import memory_pb2 as pb
 
 SIZE = 640
+NODE_RADIUS = 22
 _RADIUS = 250
 
 
@@ -70,9 +71,16 @@ def layout(items: Iterable[pb.MemoryItem]) -> Graph:
             r.object,
             f"{r.predicate} (closed)" if r.HasField("invalid_at") else r.predicate,
             r.HasField("invalid_at"),
-            *at[r.subject],
-            *at[r.object],
+            *_between(at[r.subject], at[r.object]),
         )
         for r in relations
     ]
     return Graph(nodes, edges)
+
+
+def _between(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, ...]:
+    """The arrow from circle to circle (not centre to centre, where the head would hide)."""
+    dx, dy = b[0] - a[0], b[1] - a[1]
+    length = math.hypot(dx, dy) or 1.0
+    ux, uy = dx / length * NODE_RADIUS, dy / length * NODE_RADIUS
+    return a[0] + ux, a[1] + uy, b[0] - ux, b[1] - uy
