@@ -155,11 +155,23 @@ async def test_bad_listing_requests_name_their_field(memoryd: RunningServer) -> 
     assert bad_request_fields(err) == ["page_size"]
 
 
-async def test_retrieve_with_explain_gives_each_hit_its_score(memoryd: RunningServer) -> None:
+async def test_retrieve_with_explain_gives_each_hit_the_components_of_its_score(
+    memoryd: RunningServer,
+) -> None:
     await add(memoryd.stub, "explained", "User enjoys skiing")
-    request = pb.RetrieveRequest(scope=scope("explained"), query="skiing", explain=True)
-    [hit] = (await memoryd.stub.Retrieve(request)).items
-    assert hit.HasField("explain") and hit.explain.final == hit.score > 0
-    plain = pb.RetrieveRequest(scope=scope("explained"), query="skiing")
-    [hit] = (await memoryd.stub.Retrieve(plain)).items
-    assert not hit.HasField("explain")
+    await add(memoryd.stub, "explained", "User likes coffee with a mountain view")
+    request = pb.RetrieveRequest(
+        scope=scope("explained"), query="skiing", explain=True, min_score=0.0
+    )
+    hits = (await memoryd.stub.Retrieve(request)).items
+    assert hits[0].content == "User enjoys skiing"
+    for hit in hits:
+        parts = hit.explain
+        assert parts.final == hit.score and parts.dense > 0
+        # The score is the cosine, raised by the keyword share, lifted by its conversation.
+        total = parts.dense + parts.keyword + parts.lifts["conversation"]
+        assert abs(total - min(1.0, parts.final)) < 1e-3, (hit.content, parts)
+    skiing, coffee = hits[0].explain, hits[1].explain
+    assert skiing.keyword > 0 and coffee.keyword == 0  # only one holds the query's keyword
+    plain = pb.RetrieveRequest(scope=scope("explained"), query="skiing", min_score=0.0)
+    assert not any(h.HasField("explain") for h in (await memoryd.stub.Retrieve(plain)).items)

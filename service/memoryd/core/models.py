@@ -149,6 +149,17 @@ class FactVersion:
     replaced_at: float
 
 
+@dataclass(frozen=True)
+class ScoreParts:
+    """Why a hit ranked (RetrieveRequest.explain): its score is `dense` + `keyword` + the
+    lifts that moved the score; lifts named "(rank)" moved its place in the ranking only."""
+
+    dense: float
+    keyword: float
+    lifts: dict[str, float] = field(default_factory=dict)
+    mmr: float = 0.0
+
+
 @dataclass
 class MemoryRecord:
     """One memory as callers see it. Times are epoch seconds (UTC)."""
@@ -186,6 +197,8 @@ class MemoryRecord:
     position: int = 0
     # Retrieve with a context window: the neighbouring turns of a hit, in session order.
     context: list[MemoryRecord] = field(default_factory=list)
+    # A search hit's score components (the vector tiers' ranking); None elsewhere.
+    explain: ScoreParts | None = field(default=None, compare=False, repr=False)
 
     @property
     def when(self) -> float:

@@ -593,8 +593,13 @@ def memories_response(page: MemoriesPage) -> pb.ListMemoriesResponse:
     )
 
 
-def explain_scores(response: pb.RetrieveResponse) -> None:
-    """RetrieveRequest.explain: each hit's score components. The ranking does not hand its
-    components out yet (they move into core/retrieval/ranker.py): the final score only."""
-    for item in response.items:
+def explain_scores(response: pb.RetrieveResponse, records: Sequence[MemoryRecord]) -> None:
+    """RetrieveRequest.explain: each hit's score components, as its tier's ranking gave
+    them (the hot tiers rank by recency: their hits carry the final score alone)."""
+    for item, record in zip(response.items, records, strict=True):
         item.explain.final = item.score
+        if record.explain is not None:
+            item.explain.dense = record.explain.dense
+            item.explain.keyword = record.explain.keyword
+            item.explain.lifts.update(record.explain.lifts)
+            item.explain.mmr = record.explain.mmr

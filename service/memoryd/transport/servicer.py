@@ -46,9 +46,10 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
 
     async def Retrieve(self, request: pb.RetrieveRequest, context: Context) -> pb.RetrieveResponse:
         query = convert.retrieve_query(request, self._calls.principal())
-        response = convert.retrieve_response(await self._engine.retrieve(query))
+        result = await self._engine.retrieve(query)
+        response = convert.retrieve_response(result)
         if request.explain:
-            convert.explain_scores(response)
+            convert.explain_scores(response, result.items)
         return response
 
     async def Get(self, request: pb.GetRequest, context: Context) -> pb.GetResponse:

@@ -31,7 +31,7 @@ from memoryd.core.memory.payload import (
     to_payload,
     with_lead,
 )
-from memoryd.core.models import ImportResult, Kind, MemoryRecord, Scope, Tier
+from memoryd.core.models import ImportResult, Kind, MemoryRecord, Scope, ScoreParts, Tier
 from memoryd.core.observe import NullObserver, Observer
 from memoryd.core.retrieval import bm25, conversation
 from memoryd.core.retrieval.temporal import Anchor, TimeResolver, TimeWindow
@@ -462,6 +462,8 @@ class VectorMemory:
             candidates = [_Candidate(m.id, m.rank, pool.vectors.get(m.id), m.said) for m in kept]
             chosen = [pool.members[i] for i in diversify(candidates, top_k, settings.diversity)]
         picked = [pool.record(m.id, min(1.0, scores[m.id])) for m in chosen]
+        for record, m in zip(picked, chosen, strict=True):
+            record.explain = self._parts(m, own[m.id], scores[m.id], named, when)
         if context_window > 0:
             await self._attach_context(flt, picked, context_window)
         return TierHits(items=picked, total=len(kept), embedding_ms=embedding_ms)
@@ -486,6 +488,25 @@ class VectorMemory:
         The speaker and time lifts reorder what is relevant; they never make a memory
         relevant (every turn of the named person, or of today, would pass)."""
         return relevance(member.cosine, member.share, self._retrieval.keyword_weight)
+
+    def _parts(
+        self,
+        member: conversation.Scored,
+        own: float,
+        score: float,
+        named: set[str],
+        when: TimeWindow | Anchor | None,
+    ) -> ScoreParts:
+        """A hit's score components, from the signals ranked above (RetrieveRequest.explain):
+        the score is its cosine, the keyword share's raise of it, and its conversation lift;
+        the speaker and time lifts moved its rank only (see `_absolute`)."""
+        settings = self._retrieval
+        lifts = {"conversation": score - own}
+        if member.speaker and member.speaker in named:
+            lifts["speaker (rank)"] = settings.speaker_lift
+        if isinstance(when, TimeWindow) and when.contains(member.occurred_at):
+            lifts["time (rank)"] = settings.time_lift
+        return ScoreParts(dense=member.cosine, keyword=own - member.cosine, lifts=lifts)
 
     def _anchor_window(
         self, anchor: Anchor, members: Sequence[conversation.Scored], pool: _Pool
