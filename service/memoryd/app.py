@@ -413,7 +413,14 @@ async def _build_app(
     directory = usage_adapters.DIRECTORY_ADAPTERS[usage_adapters.adapter_name(settings)](settings)
     # ListUsers reads each listed user's usage through the engine's own Usage (`engine` is
     # bound below, before any call).
-    browser = Browser(directory, memory, lambda scope: engine.usage(scope), clock, list(tiers))
+    browser = Browser(
+        directory,
+        memory,
+        lambda scope: engine.usage(scope),
+        clock,
+        list(tiers),
+        backfill=usage_adapters.adapter_name(settings) == "in_process",
+    )
     engine = MemoryEngine(
         tiers,
         settings.limits,

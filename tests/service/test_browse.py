@@ -59,6 +59,18 @@ async def test_an_erased_user_is_no_longer_listed(start_server: ServerFactory) -
     assert await list_all_users(s.stub) == ["kept"]
 
 
+async def test_the_embedded_directory_lists_the_users_stored_before_a_restart(
+    start_server: ServerFactory,
+) -> None:
+    first = await start_server()
+    await add(first.stub, "before-restart", "remembered across a restart")
+    await first.server.stop(grace_s=0)
+    again = await start_server()  # the same data directory, an empty in-process directory
+    [user] = (await again.stub.ListUsers(pb.ListUsersRequest())).users
+    assert user.user_id == "before-restart"
+    assert {t.tier: t.count for t in user.tiers}[LT] == 1
+
+
 async def test_listing_users_is_for_readers_and_admins_of_the_credentials_tenant_only(
     start_server: ServerFactory, tmp_path: Path
 ) -> None:

@@ -80,6 +80,7 @@ class Browser:
         clock: Callable[[], float],
         served: Sequence[Tier],
         note_every_s: float = 1.0,
+        backfill: bool = False,
     ) -> None:
         self._directory = directory
         self._memory = memory
@@ -88,6 +89,10 @@ class Browser:
         self._served = set(served)
         self._note_every_s = note_every_s
         self._noted: dict[tuple[str, str], float] = {}
+        # A directory that forgets on restart (the in-process one) is refilled once from
+        # the vector store's owners before its first listing.
+        self._backfill = backfill
+        self._backfilling = asyncio.Lock()
 
     async def noted(self, scope: Scope) -> None:
         """A write of `scope`'s user landed. The directory is a view for operators: a store
@@ -111,8 +116,19 @@ class Browser:
         except CountersUnavailable as exc:
             raise StoreUnavailable("usage", str(exc)) from exc
 
+    async def _refill(self) -> None:
+        async with self._backfilling:
+            if not self._backfill:
+                return
+            for tier in (t for t in listed_tiers() if t in self._served):
+                for tenant, user in await self._memory.owners(tier):
+                    await self._directory.note(tenant, user, 0.0)  # last activity unknown
+            self._backfill = False
+
     async def users(self, query: UsersQuery) -> UsersPage:
         size = _page_size(query.page_size)
+        if self._backfill:
+            await self._refill()
         after = str(_decode(query.page_token).get("after", ""))
         try:
             if query.only:
