@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from memoryd.core.engine import MemoryEngine
+from memoryd.core.lifecycle.browse import Browser
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.erasure import Erasure
 from memoryd.core.lifecycle.maintenance import Lease, Maintenance, MaintenanceLoop
@@ -417,6 +418,17 @@ async def _build_app(
         compactions=(queue.compact, functools.partial(asyncio.to_thread, vectors.flush)),
     )
     chat = build_extractor(settings)
+    directory = usage_adapters.DIRECTORY_ADAPTERS[usage_adapters.adapter_name(settings)](settings)
+    # ListUsers reads each listed user's usage through the engine's own Usage (`engine` is
+    # bound below, before any call).
+    browser = Browser(
+        directory,
+        memory,
+        lambda scope: engine.usage(scope),
+        clock,
+        list(tiers),
+        backfill=usage_adapters.adapter_name(settings) == "in_process",
+    )
     engine = MemoryEngine(
         tiers,
         settings.limits,
@@ -427,6 +439,7 @@ async def _build_app(
         erasure,
         sessions=build_sessions(settings, tiers, chat),
         observer=observer,
+        browser=browser,
     )
     maintenance = Maintenance(memory, tiers, settings.retention)
     lease = build_lease(settings)
@@ -467,6 +480,7 @@ async def _build_app(
             *([chat.close] if chat else []),
             buckets.close,
             counters.close,
+            directory.close,
             locks.close,
         ],
         memory=memory,

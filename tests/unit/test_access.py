@@ -28,9 +28,9 @@ def principal(role: str, users: tuple[str, ...] = ()) -> Principal:
 @pytest.mark.parametrize(
     ("role", "allowed"),
     [
-        ("reader", {Action.READ}),
+        ("reader", {Action.READ, Action.LIST}),
         ("agent", {Action.READ, Action.WRITE}),
-        ("admin", {Action.READ, Action.WRITE, Action.ERASE, Action.RESTORE}),
+        ("admin", {Action.READ, Action.WRITE, Action.LIST, Action.ERASE, Action.RESTORE}),
     ],
 )
 def test_each_role_has_exactly_its_grants(role: str, allowed: set[Action]) -> None:

@@ -20,6 +20,7 @@ from memoryd.cli.keys import add_keys_command, audit_local, run_keys_command
 from memoryd.cli.mcp import add_mcp_command, run_mcp_command
 from memoryd.cli.progress import Progress
 from memoryd.cli.reindex import ReindexRefused, reindex
+from memoryd.console.cli import add_console_command, run_console_command
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.settings import Settings, load_settings
 from memoryd.stores.backup.port import BackupStore, BackupStoreError
@@ -67,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     add_mcp_command(commands)
     add_health_command(commands)
     add_keys_command(commands)
+    add_console_command(commands)
     return parser
 
 
@@ -209,6 +211,10 @@ def _logging_configured() -> bool:
 
 def _run(args: argparse.Namespace) -> int:
     """A command that reads the settings; a start-up refusal is raised to `_main`."""
+    if args.command == "console":  # its --listen is the console's, not the server's
+        settings = load_settings(args.config)
+        configure_logging(settings.log_level, settings.log_format)
+        return run_console_command(args)
     overrides = {"listen": args.listen} if getattr(args, "listen", None) else {}
     settings = load_settings(args.config, **overrides)
     configure_logging(settings.log_level, settings.log_format)

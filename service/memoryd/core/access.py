@@ -7,9 +7,9 @@ Nothing here looks at stored data, so a refusal cannot tell whether another user
 
 | role   | may                                                                   |
 |--------|-----------------------------------------------------------------------|
-| reader | READ: Retrieve, Get, RenderContext, Export, Usage                     |
-| agent  | READ and WRITE: also Add, Delete, Prune (not an erasure), EndSession  |
-| admin  | everything: also ERASE and RESTORE (Import)                           |
+| reader | READ: Retrieve, Get, RenderContext, Export, Usage, ListMemories; LIST: ListUsers |
+| agent  | READ and WRITE: also Add, Delete, Prune (not an erasure), EndSession           |
+| admin  | everything: also LIST, ERASE and RESTORE (Import)                              |
 
 ERASE is Prune ALL with no tier named (the whole user), or naming a tier that keeps a cold
 archive (the tier and its archive): transport/identity.py `action_of` tells them apart.
@@ -34,16 +34,21 @@ class Action(StrEnum):
     ERASE = "erase"
     # Writing a whole export back (Import); backup/restore are its local counterparts.
     RESTORE = "restore"
+    # Listing the tenant's users (operators: reader and admin; an agent acts for users,
+    # it has no business enumerating them).
+    LIST = "list"
 
 
 GRANTS: Mapping[AccessRole, frozenset[Action]] = {
-    AccessRole.READER: frozenset({Action.READ}),
+    AccessRole.READER: frozenset({Action.READ, Action.LIST}),
     AccessRole.AGENT: frozenset({Action.READ, Action.WRITE}),
     AccessRole.ADMIN: frozenset(Action),
 }
 
 # Actions only an admin may take: each one goes to the audit log.
-ADMIN_ACTIONS: frozenset[Action] = GRANTS[AccessRole.ADMIN] - GRANTS[AccessRole.AGENT]
+ADMIN_ACTIONS: frozenset[Action] = (
+    GRANTS[AccessRole.ADMIN] - GRANTS[AccessRole.AGENT] - GRANTS[AccessRole.READER]
+)
 
 
 class InvalidGrant(ValueError):

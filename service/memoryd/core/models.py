@@ -439,3 +439,46 @@ class EndSessionResult:
     extraction_skipped: bool = False
     extraction_skipped_reason: str = ""
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class UsersQuery:
+    """ListUsers: a page of the tenant's users (the principal's tenant)."""
+
+    tenant: str
+    prefix: str = ""
+    page_size: int = 0
+    page_token: str = ""
+    # The users a bound credential may see; empty: every user of the tenant.
+    only: frozenset[str] = frozenset()
+
+
+@dataclass
+class UserSummary:
+    user_id: str
+    usage: UsageReport
+    last_active: float
+
+
+@dataclass
+class UsersPage:
+    users: list[UserSummary]
+    next_page_token: str = ""
+
+
+@dataclass
+class MemoriesQuery:
+    """ListMemories: a page of a user's memories across the vector-store tiers."""
+
+    scope: Scope
+    tiers: list[Tier] = field(default_factory=list)
+    kinds: list[Kind] = field(default_factory=list)
+    filters: dict[str, str] = field(default_factory=dict)
+    page_size: int = 0
+    page_token: str = ""
+
+
+@dataclass
+class MemoriesPage:
+    items: list[MemoryRecord]
+    next_page_token: str = ""

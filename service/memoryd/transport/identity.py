@@ -69,6 +69,8 @@ ACTIONS: Mapping[str, Action] = {
     "Usage": Action.READ,
     "RenderContext": Action.READ,
     "EndSession": Action.WRITE,
+    "ListUsers": Action.LIST,
+    "ListMemories": Action.READ,
 }
 
 
