@@ -29,6 +29,7 @@ from memoryd.transport.identity import check_exposure
 from memoryd.transport.logs import HANDLER_NAME as LOG_HANDLER_NAME
 from memoryd.transport.logs import configure_logging
 from memoryd.transport.server import check_ports_free, serve
+from memoryd.transport.starting import StartingServer
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -167,8 +168,11 @@ async def _serve(settings: Settings) -> None:
     # Before the model loads: a refusal should be quick.
     check_exposure(settings)
     check_ports_free(settings)
-    app = await build_app(settings)
-    await serve(settings, app)
+    # A large vector store takes seconds to open: meanwhile the port answers health
+    # (NOT_SERVING) and the log says how long it has taken so far.
+    async with StartingServer(settings) as starting:
+        app = await build_app(settings)
+    await serve(settings.model_copy(update={"listen": starting.listen_for_server()}), app)
 
 
 def main(argv: list[str] | None = None) -> int:

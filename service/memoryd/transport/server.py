@@ -24,6 +24,7 @@ from memoryd.transport.limits import AnswerCache, RateLimiting
 from memoryd.transport.metrics import MetricsListener
 from memoryd.transport.observability import Observability
 from memoryd.transport.servicer import MemoryServicer
+from memoryd.transport.starting import add_port, cannot_listen
 from memoryd.transport.tracing import server_interceptor
 from memoryd.v1 import memory_pb2, memory_pb2_grpc
 
@@ -102,10 +103,7 @@ class MemorydServer:
 
     async def start(self) -> int:
         listen = self._settings.listen
-        try:
-            self.port = self._add_port()
-        except RuntimeError:  # grpc's "Failed to bind to address"
-            self.port = 0
+        self.port = add_port(self._server, self._settings)
         if self.port == 0:
             raise StartupRefused(cannot_listen("MEMORYD_LISTEN", listen))
         if self._metrics_listener is not None:
@@ -122,20 +120,6 @@ class MemorydServer:
         await self._server.start()
         log.info("memoryd serving %s on port %d", SERVICE_NAME, self.port)
         return self.port
-
-    def _add_port(self) -> int:
-        tls = self._settings.tls
-        if tls.cert_file is None or tls.key_file is None:
-            return self._server.add_insecure_port(self._settings.listen)
-        try:
-            credentials = grpc.ssl_server_credentials(
-                [(tls.key_file.read_bytes(), tls.cert_file.read_bytes())],
-                root_certificates=tls.client_ca_file.read_bytes() if tls.client_ca_file else None,
-                require_client_auth=bool(tls.client_ca_file),
-            )
-        except OSError as exc:
-            raise StartupRefused(f"the TLS files cannot be read: {exc}") from exc
-        return self._server.add_secure_port(self._settings.listen, credentials)
 
     async def stop(self, grace_s: float | None = None) -> None:
         if self._stopped:
@@ -154,16 +138,6 @@ class MemorydServer:
 
     async def wait(self) -> None:
         await self._server.wait_for_termination()
-
-
-def cannot_listen(setting: str, listen: str, exc: OSError | None = None) -> str:
-    port = listen.rpartition(":")[2]
-    if exc is None or exc.errno == errno.EADDRINUSE:
-        return (
-            f"port {port} is in use ({setting}={listen}): another memoryd or another program "
-            "listens there; stop it, or give this server another port"
-        )
-    return f"cannot listen on {listen} ({setting}): {exc.strerror or exc}"
 
 
 def check_ports_free(settings: Settings) -> None:
