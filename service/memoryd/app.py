@@ -23,6 +23,7 @@ from memoryd.core.lifecycle.maintenance import Lease, Maintenance, MaintenanceLo
 from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.lifecycle.write_behind import ConversationCopier
 from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
+from memoryd.core.memory.layout import upgrade_layout
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import MemoryRecord, Scope, Tier
 from memoryd.core.observe import observed
@@ -218,7 +219,8 @@ def open_vectors(settings: Settings, embedder: Embedder) -> VectorStore:
     store = open_vector_store(settings, embedder.dim)
     try:
         check_embedder_matches(store, embedder)
-    except StartupRefused:
+        upgrade_layout(store)
+    except BaseException:
         store.close()
         raise
     return store

@@ -25,6 +25,19 @@ def content_hash(scope: Scope, tier: Tier, key: str, content: str) -> str:
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
 
+# A turn's place among every user's turns: a short digest of tenant, user and session,
+# and its position, in one indexed keyword, so that the turns around a hit are read by an
+# index lookup of exactly those turns. (Session ids and positions alone are shared by
+# users, and a filter of sessions and position ranges is checked point by point: ~50 ms
+# for a user with 10,000 memories among 300,000, measured in ADR 0600.)
+TURN_FIELD = "turn"
+
+
+def turn_key(tenant: str, user_id: str, session_id: str, position: int) -> str:
+    material = "\x00".join((tenant, user_id, session_id)).encode("utf-8")
+    return f"{hashlib.blake2b(material, digest_size=8).hexdigest()}:{position}"
+
+
 def to_payload(
     record: MemoryRecord, scope: Scope, digest: str, compress_over_bytes: int
 ) -> dict[str, Any]:
@@ -52,6 +65,10 @@ def to_payload(
         payload["expires_at"] = record.expires_at
     if record.position:
         payload["position"] = record.position
+    if record.session_id and record.position:
+        payload[TURN_FIELD] = turn_key(
+            scope.tenant, scope.user_id, record.session_id, record.position
+        )
     raw = record.content.encode("utf-8")
     if len(raw) > compress_over_bytes:
         packed = zlib.compress(raw, level=6)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memoryd.core.memory.payload import from_payload
+from memoryd.core.memory.payload import TURN_FIELD, from_payload, turn_key
+from memoryd.core.memory.term_counts import owner_of
 from memoryd.core.models import MemoryRecord
 from memoryd.stores.vectors.port import (
     Condition,
@@ -38,11 +39,35 @@ async def turns_around(
 ) -> list[StoredPoint]:
     """The turns within `window` positions of each (session, position), in one scroll,
     with their vectors; those with an id in `skip` left out."""
+    if not turns:
+        return []
+    owner = owner_of(flt)
+    if owner is None:  # not one user's filter: no turn keys to look up
+        return await _turns_by_session(memory, flt, turns, window, skip)
+    wanted = {
+        (session, near)
+        for session, position in turns
+        for near in range(max(1, position - window), position + window + 1)
+    }
+    keys = [turn_key(*owner, session, near) for session, near in sorted(wanted)]
+    selected = flt.and_(MatchAny(TURN_FIELD, keys))
+    if skip:
+        selected = Filter(selected.must, selected.should, [*selected.must_not, HasId(list(skip))])
+    points, _ = await memory.call(memory.store.scroll, selected, limit=len(keys), with_vectors=True)
+    # The key is a digest: keep exactly the turns asked for.
+    return [p for p in points if turn_of(p.payload) in wanted]
+
+
+async def _turns_by_session(
+    memory: VectorMemory,
+    flt: Filter,
+    turns: Sequence[tuple[str, int]],
+    window: int,
+    skip: Collection[str],
+) -> list[StoredPoint]:
     around: dict[str, list[int]] = {}
     for session, position in turns:
         around.setdefault(session, []).append(position)
-    if not around:
-        return []
     groups: list[Condition] = [
         Filter(
             must=[
@@ -55,9 +80,7 @@ async def turns_around(
         for session, positions in around.items()
     ]
     limit = sum(len(ps) for ps in around.values()) * (2 * window + 1)
-    # The session ids first: an indexed condition that narrows the scan at once.
-    sessions = MatchAny("session_id", list(around))
-    wanted = flt.and_(sessions, Filter(should=groups))
+    wanted = flt.and_(MatchAny("session_id", list(around)), Filter(should=groups))
     if skip:
         wanted = Filter(wanted.must, wanted.should, [*wanted.must_not, HasId(list(skip))])
     points, _ = await memory.call(memory.store.scroll, wanted, limit=limit, with_vectors=True)

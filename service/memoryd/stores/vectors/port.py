@@ -60,6 +60,8 @@ PAYLOAD_INDEXES: tuple[tuple[str, IndexKind], ...] = (
     ("kind", IndexKind.KEYWORD),
     ("content_hash", IndexKind.KEYWORD),
     ("session_id", IndexKind.KEYWORD),
+    # Tenant, user, session and position of a turn in one key (core/memory/payload.py).
+    ("turn", IndexKind.KEYWORD),
     ("agent_id", IndexKind.KEYWORD),
     ("task_id", IndexKind.KEYWORD),
     ("key", IndexKind.KEYWORD),
