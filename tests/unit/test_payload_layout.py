@@ -4,6 +4,7 @@ before them gets them when it is opened, and its context windows keep working.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from memoryd.app import App
@@ -127,3 +128,13 @@ async def test_the_turns_around_a_hit_are_its_users_though_others_share_the_sess
     await _conversation(engine, other_tenant, "s1")
     ids = await _conversation(engine, ANA, "s1")
     assert await _context_of_best(engine, ANA) == (ids[2], [ids[1], ids[3]])
+
+
+def test_a_new_embedded_store_maps_its_dense_vectors_without_reading_them_in(
+    tmp_path: Path,
+) -> None:
+    # Memory "cold": vectors stay on disk until a search touches them (RSS per memory,
+    # ADR 0600); the engine records the placement in the shard's own configuration.
+    EdgeVectorStore(tmp_path / "vectors", DIM).close()
+    config = json.loads((tmp_path / "vectors" / "memories" / "edge_config.json").read_text())
+    assert config["vectors"]["dense"]["memory"] == "cold"

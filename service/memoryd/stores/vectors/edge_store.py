@@ -111,7 +111,13 @@ class EdgeVectorStore:
     def _config(self) -> qe.EdgeConfig:
         return qe.EdgeConfig(
             vectors={
-                DENSE_VECTOR: qe.EdgeVectorParams(size=self._dim, distance=qe.Distance.Cosine)
+                # Memory-mapped without being read in at open: a user's vectors are paged in
+                # when that user is searched, and the kernel may drop them again. Measured at
+                # 200k points: RSS 228 MB after open instead of 544 MB (ADR 0600). A segment
+                # keeps the placement it was created with (stores written before: read in).
+                DENSE_VECTOR: qe.EdgeVectorParams(
+                    size=self._dim, distance=qe.Distance.Cosine, memory=qe.Memory.Cold
+                )
             },
             sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
             wal_enabled=True,
