@@ -65,8 +65,10 @@ fuzz: install redis
 bench: install
 	PYTHONPATH=service $(PY) benchmarks/load.py --start-server $(BENCH_ARGS)
 
+# The Python stubs and the Python client's enums (derived from them), then the references.
 gen: install
 	PYTHON=$(PY) bash scripts/gen_stubs.sh
+	PYTHON=$(PY) bash scripts/gen_clients.sh python
 	PYTHONPATH=service $(PY) scripts/gen_docs.py
 
 # What the TypeScript and Go clients need (Node comes with the machine): the npm packages
