@@ -31,12 +31,8 @@ from memoryd.core.retrieval.token_budget import TokenCounter
 from memoryd.core.sessions.extraction import ReplyLimits, SessionExtractor
 from memoryd.core.sessions.sessions import Sessions
 from memoryd.core.tiers.base import TierHandler
-from memoryd.core.tiers.entity import EntityTier
-from memoryd.core.tiers.episodic import EpisodicTier
 from memoryd.core.tiers.long_term import LongTermTier
-from memoryd.core.tiers.persona import PersonaTier
 from memoryd.core.tiers.registry import StoreFamily, TierDeps, build_tiers, served
-from memoryd.core.tiers.short_term import ShortTermTier
 from memoryd.settings import Settings
 from memoryd.stores import embeddings as embedder_adapters
 from memoryd.stores import hot as hot_adapters
@@ -235,12 +231,8 @@ def build_extractor(settings: Settings) -> StructuredChat | None:
 def build_sessions(
     settings: Settings, tiers: dict[Tier, TierHandler], chat: StructuredChat | None
 ) -> Sessions | None:
-    """Commands and EndSession need short-term and persona memory; entities, episodes and
-    the extractor are used when present."""
-    short_term, persona = tiers.get(Tier.SHORT_TERM), tiers.get(Tier.PERSONA)
-    if not isinstance(short_term, ShortTermTier) or not isinstance(persona, PersonaTier):
-        return None
-    entity, episodic = tiers.get(Tier.ENTITY), tiers.get(Tier.EPISODIC)
+    """Commands and EndSession, over the tiers the registry gives a session part (they
+    need short-term and persona memory); the extractor is used when configured."""
     cfg = settings.extraction
     extractor = None
     if chat is not None:
@@ -250,15 +242,7 @@ def build_sessions(
             max_content_bytes=settings.limits.max_content_bytes,
         )
         extractor = SessionExtractor(chat, limits, cfg.max_input_chars)
-    return Sessions(
-        short_term,
-        persona,
-        settings.sessions,
-        settings.limits,
-        entity=entity if isinstance(entity, EntityTier) else None,
-        episodic=episodic if isinstance(episodic, EpisodicTier) else None,
-        extractor=extractor,
-    )
+    return Sessions.wire(tiers, settings.sessions, settings.limits, extractor=extractor)
 
 
 def build_buckets(settings: Settings) -> TokenBuckets:

@@ -183,6 +183,43 @@ class VectorMemory:
         await self.call(self.store.upsert, upserts)
         return embedding_ms
 
+    # ------------------------------------------------------------------ store gateway
+    # What tiers ask of the store besides search and listing: they never reach past
+    # VectorMemory to the store itself.
+
+    async def count(self, flt: Filter) -> int:
+        """How many points `flt` selects."""
+        return await self.call(self.store.count, flt)
+
+    async def delete_ids(self, ids: Sequence[str]) -> None:
+        """Delete the points with these ids (found under a user's filter by the caller)."""
+        await self.call(self.store.delete, ids)
+
+    async def delete_matching(self, flt: Filter) -> int:
+        """Delete every point `flt` selects; returns how many went."""
+        return await self.call(self.store.delete_where, flt)
+
+    async def update_fields(self, ids: Sequence[str], patch: Mapping[str, Any]) -> None:
+        """Set these top-level payload fields on the points with these ids, without
+        re-embedding them (callers change no searched text this way)."""
+        await self.call(self.store.set_payload, ids, patch)
+
+    async def points_by_id(self, ids: Sequence[str]) -> list[StoredPoint]:
+        """The stored points with these ids, whoever's (ids are global); unknown ids are
+        skipped."""
+        return await self.call(self.store.retrieve, ids)
+
+    async def payload_pages(self, flt: Filter) -> AsyncIterator[list[StoredPoint]]:
+        """Every point `flt` selects, one scroll page at a time, payloads undecoded (for
+        callers that read a field or two)."""
+        offset: str | None = None
+        while True:
+            points, offset = await self.call(self.store.scroll, flt, limit=PAGE_SIZE, offset=offset)
+            if points:
+                yield points
+            if offset is None:
+                return
+
     async def first(self, flt: Filter) -> StoredPoint | None:
         points, _ = await self.call(self.store.scroll, flt, limit=1)
         return points[0] if points else None

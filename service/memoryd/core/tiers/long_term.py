@@ -23,7 +23,6 @@ from memoryd.core.memory.payload import (
     with_lead,
 )
 from memoryd.core.memory.vector_memory import (
-    PAGE_SIZE,
     NewPoint,
     VectorMemory,
     check_vector_restore,
@@ -43,7 +42,8 @@ from memoryd.core.models import (
 )
 from memoryd.core.ratelimit_log import EveryFewSeconds
 from memoryd.core.text import utf8_len
-from memoryd.core.tiers.archiving import ArchivingVectorTier, Room
+from memoryd.core.tiers.archiving import ArchivingVectorTier
+from memoryd.core.tiers.vector_tier import Room
 from memoryd.core.validation import Violations
 from memoryd.settings import LongTermSettings, QuotaSettings
 from memoryd.stores.usage.port import UsageCounters
@@ -300,12 +300,14 @@ class LongTermTier(ArchivingVectorTier):
                     held += 1
                 else:
                     try:
-                        operation, held = await self._reserve_one(
-                            scope, room, new_bytes, cmd.auto_prune, flush, too_big
-                        )
+                        hold = await self._hold_one(room, new_bytes, cmd.auto_prune, flush, too_big)
                     except QuotaExceeded as exc:
                         outcomes.append(exc)
                         continue
+                    # Settled with the batch's other items by the next `flush`.
+                    if hold.pruned:
+                        operation = Operation.ADD_WITH_PRUNE
+                    held = hold.held.count + 1
                     owed[0], owed[1] = owed[0] + 1, owed[1] + new_bytes
                 kind = Kind.NOTE if cmd.kind is Kind.UNSPECIFIED else cmd.kind
                 record = cmd.new_record(cmd.content, kind, self._clock(), cmd.expires_at)
@@ -337,15 +339,10 @@ class LongTermTier(ArchivingVectorTier):
         if not digests:
             return found
         flt = live.and_(MatchAny("content_hash", sorted(digests)))
-        offset: str | None = None
-        while True:
-            points, offset = await self._memory.call(
-                self._memory.store.scroll, flt, limit=PAGE_SIZE, offset=offset
-            )
+        async for points in self._memory.payload_pages(flt):
             for point in points:
                 found.setdefault(str(point.payload["content_hash"]), point.id)
-            if offset is None:
-                return found
+        return found
 
     async def _last_turn(self, scope: Scope) -> MemoryRecord | None:
         """The turn of the scope's session with the highest position, deleted ones included
@@ -400,7 +397,7 @@ class LongTermTier(ArchivingVectorTier):
         memory = self._memory
         known = {
             p.id: int(p.payload.get("position") or 0)
-            for p in await memory.call(memory.store.retrieve, [m.id for _, m in messages])
+            for p in await memory.points_by_id([m.id for _, m in messages])
         }
         placed: dict[str, MemoryRecord] = {}  # session -> the last copy placed here
         copies: list[NewPoint] = []
@@ -434,7 +431,7 @@ class LongTermTier(ArchivingVectorTier):
         """Write the copies of one user's messages, whose lock is held."""
         memory, ledger = self._memory, self._ledger
         ids = [p.record.id for p in points]
-        known = {p.id for p in await memory.call(memory.store.retrieve, ids)}
+        known = {p.id for p in await memory.points_by_id(ids)}
         new = [p for p in points if canonical_id(p.record.id) not in known]
         skipped: list[NewPoint] = []
         purged = dropped = False
@@ -506,7 +503,7 @@ class LongTermTier(ArchivingVectorTier):
         found = await self._memory.by_ids(self._live(lookup.scope), lookup.ids)
         if found:
             patch = {"deleted": True, "updated_at": self._clock()}
-            await self._memory.call(self._memory.store.set_payload, [r.id for r in found], patch)
+            await self._memory.update_fields([r.id for r in found], patch)
             await self._forget(lookup.scope, found)
         return len(found)
 
