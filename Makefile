@@ -94,10 +94,13 @@ test-clients: install clients-deps
 docs: install
 	PYTHONPATH=service $(PY) scripts/gen_docs.py
 
+# vulture: dead code ([tool.vulture] in pyproject.toml; what frameworks call is listed in
+# scripts/vulture_whitelist.py, each entry with its reason).
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/vulture
 	$(VENV)/bin/buf lint
 
 format: install
