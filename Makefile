@@ -11,7 +11,7 @@ run: install
 	$(VENV)/bin/memoryd serve
 
 # Test files are spread over every core (each worker loads the model and starts its own
-# Redis); `make test-unit` is the fast layer alone (no server, Redis or model).
+# Redis); `make test-unit` is the fast layer alone (no server, Redis or model; about 20 s).
 test: install redis
 	$(PY) -m pytest -n auto --dist loadfile
 
