@@ -71,6 +71,11 @@ async def test_sync_client_adds_retrieves_gets_and_deletes(
             assert [i.id for i in got.items] == [added.memory_id] and got.missing == ["nope"]
             deleted = client.delete(user_id=user_id, tier="long_term", ids=[added.memory_id])
             assert deleted.deleted_count == 1
+            users = client.list_users(user_id_prefix=user_id, page_size=1)
+            assert [u.user_id for u in users.users] == [user_id]
+            assert (
+                client.list_memories(user_id=user_id).items[0].content == "Ana owns a red bicycle"
+            )
 
     await asyncio.to_thread(scenario)
 
@@ -110,6 +115,15 @@ async def test_async_client_covers_every_rpc(start_server: ServerFactory, user_i
         usage = await client.usage(user_id=user_id)
         long_term = usage.tier("long_term")
         assert long_term is not None and long_term.count >= 1 and long_term.max_count > 0
+
+        explained = await client.retrieve(user_id=user_id, query="cello", top_k=1, explain=True)
+        assert explained.items[0].explain is not None
+        assert explained.items[0].explain.final == explained.items[0].score
+        listed = await client.list_users(user_id_prefix=user_id)
+        assert [u.user_id for u in listed.users] == [user_id] and not listed.next_page_token
+        assert listed.users[0].last_active_at is not None
+        page = await client.list_memories(user_id=user_id, tiers=["persona"], page_size=10)
+        assert [(m.tier, m.key, m.content) for m in page.items] == [(Tier.PERSONA, "name", "Ana")]
 
         ended = await client.end_session(**session)
         # This server has no extractor configured: the session is closed all the same.

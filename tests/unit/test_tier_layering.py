@@ -9,25 +9,14 @@ from pathlib import Path
 from memoryd.core.tiers import registry
 
 TIERS_DIR = Path(registry.__file__).resolve().parent
-# Where a tier still hands the store to a helper, and why: the last-turns cache reads the
-# store's generation (it moves to the one cache of what derives from a user's generation).
-_KNOWN = {("long_term.py", "_LastTurns")}
 
 
 def _reaches(path: Path) -> list[str]:
-    """`memory.store` / `self._memory.store` in `path`, but for the known hand-overs."""
+    """`memory.store` / `self._memory.store` in `path`."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    known = {
-        id(arg)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and (path.name, node.func.id) in _KNOWN
-        for arg in node.args
-    }
     found = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Attribute) or node.attr != "store" or id(node) in known:
+        if not isinstance(node, ast.Attribute) or node.attr != "store":
             continue
         owner = node.value
         name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")

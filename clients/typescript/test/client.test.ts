@@ -94,6 +94,12 @@ test("renders the memory block, reports usage and prunes", async () => {
   const longTerm = usage.tiers.find((t) => t.tier === Tier.LONG_TERM);
   assert.equal(longTerm?.count, 1n);
   assert.equal(longTerm?.maxCount, 5n);
+  const listed = await client.listUsers({ userIdPrefix: userId });
+  assert.deepEqual(listed.users.map((u) => u.userId), [userId]);
+  const page = await client.listMemories({ userId, tiers: ["persona"] });
+  assert.deepEqual(page.items.map((i) => i.content), ["Ana"]);
+  const explained = await client.retrieve({ userId, query: "cello", explain: true });
+  assert.equal(explained.items[0].explain?.final, explained.items[0].score);
   const pruned = await client.prune({ userId, strategy: "all" });
   assert.ok(pruned.deletedCount >= 2n);
 });
