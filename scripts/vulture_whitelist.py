@@ -14,13 +14,17 @@ import http.server
 import logging
 from types import TracebackType
 
+import uvicorn
 from pydantic import BaseModel
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+from starlette.middleware.base import BaseHTTPMiddleware
 from tqdm import tqdm
 
+from memoryd.console.metrics import Figures
 from memoryd.core.models import Kind, Role
 from memoryd_client import MemoryClient
 from memoryd_client.export_format import Checksum
+from memoryd_client.results import ScoreComponents
 
 
 def _parameters(
@@ -33,6 +37,12 @@ def _parameters(
     read_only_root: None,
 ) -> object:
     return tb, dotenv_settings, no_errors_logged, read_only_root
+
+
+def _instance_attributes(explain: ScoreComponents, web: uvicorn.Server) -> object:
+    # ask.html's MMR component (the client's public ScoreComponents field of that name);
+    # uvicorn's serve loop polls should_exit, which the console's runners set.
+    return explain.mmr, web.should_exit
 
 
 _USED = (
@@ -48,6 +58,13 @@ _USED = (
     # export_format.Checksum (in that module's __all__).
     MemoryClient.from_env,
     Checksum.matches,
+    # Read only by the console's Jinja templates (service/memoryd/console/templates/), which
+    # vulture does not parse: health.html's rate.
+    Figures.rate_per_s,
+    # Starlette calls a middleware's dispatch.
+    BaseHTTPMiddleware.dispatch,
+    # Instance attributes (below).
+    _instance_attributes,
     # Set for the logging module, which reads them on every record (transport/logs.py).
     logging.logThreads,
     logging.logProcesses,

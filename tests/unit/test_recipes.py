@@ -130,10 +130,19 @@ def test_an_rpc_recipe_lists_what_the_access_and_isolation_tests_require() -> No
     assert {p for p in required if not RECIPES["add-an-rpc"].lists(p)} == set()
 
 
+# Files that name AddBatch for what is its own, not an RPC's: a batch's write tokens taken
+# at once, and the per-item error details.
+BATCH_ONLY = {
+    "service/memoryd/core/rate_limits.py",
+    "service/memoryd/transport/status_map.py",
+    "docs/reference/errors.md",
+}
+
+
 def test_an_rpc_recipe_lists_every_file_that_addbatch_touched() -> None:
-    unlisted = [
-        p for p in spelling(r"AddBatch|add_batch|addBatch") if not RECIPES["add-an-rpc"].lists(p)
-    ]
+    spelled = spelling(r"AddBatch|add_batch|addBatch")
+    assert BATCH_ONLY <= set(spelled)  # an exception that no longer applies goes
+    unlisted = [p for p in spelled if p not in BATCH_ONLY and not RECIPES["add-an-rpc"].lists(p)]
     assert unlisted == []
 
 
