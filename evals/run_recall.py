@@ -61,6 +61,7 @@ SETS: dict[str, tuple[Path, dict[str, list[str]]]] = {
     ),
 }
 KS = (1, 5, 10, 20)
+RENDER_MS: list[float] = []  # each default RenderContext call, ms
 CATEGORIES = ("single-hop", "multi-hop", "temporal", "open-domain")
 
 
@@ -101,12 +102,17 @@ def half_of(set_name: str, conversation: str) -> str:
 
 
 async def run(
-    sets: dict[str, list[dict[str, Any]]], budgets: Sequence[int], target: str | None
+    sets: dict[str, list[dict[str, Any]]],
+    budgets: Sequence[int],
+    target: str | None,
+    render_top_k: int = 0,
+    render_window: int = 0,
 ) -> tuple[list[Asked], list[float]]:
     from memoryd.v1 import memory_pb2 as pb
 
     asked: list[Asked] = []
     latencies: list[float] = []
+    render_ms = RENDER_MS
     async with open_target(target) as stub:
         for set_name, conversations in sets.items():
             for c in conversations:
@@ -163,9 +169,15 @@ async def run(
                         render = pb.RenderContextRequest(
                             scope=scope, tiers=[pb.TIER_LONG_TERM], query=a.text
                         )
+                        if budget:  # the default block is asked with no other field
+                            render.top_k = render_top_k
+                            render.context_window = render_window
                         if budget:
                             render.token_budget = budget
+                        t0 = time.perf_counter()
                         block = await stub.RenderContext(render)
+                        if not budget:
+                            render_ms.append((time.perf_counter() - t0) * 1000)
                         shown = html.unescape(block.context)
                         inside = [e for e in a.evidence if texts[e] in shown]
                         a.blocks[str(budget or "default")] = (inside, block.token_count)
@@ -214,6 +226,10 @@ def report(asked: Sequence[Asked], latencies: Sequence[float], label: str) -> di
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "settings": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MEMORYD_")},
         "retrieve_ms": {"p50": percentile(latencies, 50), "p95": percentile(latencies, 95)},
+        "render_context_ms": {
+            "p50": percentile(RENDER_MS, 50),
+            "p95": percentile(RENDER_MS, 95),
+        },
         "sets": {},
     }
     for set_name in sorted({a.set for a in asked}):
@@ -256,6 +272,9 @@ def print_report(out: dict[str, Any]) -> None:
     ms = out["retrieve_ms"]
     if ms["p50"] is not None:
         print(f"\nRetrieve top_k 10: p50 {ms['p50']:.1f} ms, p95 {ms['p95']:.1f} ms")
+    ms = out["render_context_ms"]
+    if ms["p50"] is not None:
+        print(f"RenderContext (default): p50 {ms['p50']:.1f} ms, p95 {ms['p95']:.1f} ms")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -264,6 +283,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--half", choices=["tune", "report", "both"], default="both")
     parser.add_argument(
         "--budgets", default="1500", help="RenderContext token budgets besides the default"
+    )
+    parser.add_argument(
+        "--render-top-k", type=int, default=0, help="top_k sent with the --budgets blocks"
+    )
+    parser.add_argument(
+        "--render-window",
+        type=int,
+        default=0,
+        help="context_window sent with the --budgets blocks",
     )
     parser.add_argument("--label", default="run", help="report name: evals/reports/LABEL.json")
     parser.add_argument("--json-out", type=Path, help="instead of evals/reports/LABEL.json")
@@ -276,7 +304,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         turns = sum(len(s["turns"]) for c in conversations for s in c["sessions"])
         questions = sum(len(c["questions"]) for c in conversations)
         print(f"{name}: {len(conversations)} conversations, {turns} turns, {questions} questions")
-    asked, latencies = asyncio.run(run(sets, budgets, args.target))
+    asked, latencies = asyncio.run(
+        run(sets, budgets, args.target, args.render_top_k, args.render_window)
+    )
     out = report(asked, latencies, args.label)
     print_report(out)
     path = args.json_out or REPORTS / f"{args.label}.json"
