@@ -5,14 +5,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test test-unit install redis gen gen-clients clients-deps test-clients docs lint format eval fuzz bench clean
+.PHONY: run test test-unit install redis chromium console-shots gen gen-clients clients-deps test-clients docs lint format eval fuzz bench clean
 
 run: install
 	$(VENV)/bin/memoryd serve
 
 # Test files are spread over every core (each worker loads the model and starts its own
 # Redis); `make test-unit` is the fast layer alone (no server, Redis or model).
-test: install redis
+test: install redis chromium
 	$(PY) -m pytest -n auto --dist loadfile
 
 test-unit: install
@@ -26,7 +26,7 @@ $(PY):
 # pull several GB of CUDA packages.
 $(STAMP): pyproject.toml clients/python/pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[local,openai,otel,dev]"
+	$(PY) -m pip install --quiet -e ".[local,openai,otel,console,dev]"
 	$(PY) -m pip install --quiet -e "./clients/python[agents,mcp]"
 	$(VENV)/bin/memoryd prepare-embedder
 	touch $(STAMP)
@@ -64,6 +64,18 @@ fuzz: install redis
 # clients-deps`), else Python ones, with a note: BENCH_ARGS="--driver python" forces them.
 bench: install
 	PYTHONPATH=service $(PY) benchmarks/load.py --start-server $(BENCH_ARGS)
+
+# The console's browser tests drive Debian's chromium through Playwright (never
+# `playwright install`: nothing is downloaded at run time); only the binary is needed.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+	  || (sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium); }
+
+# docs/console/*.png: a screenshot of each console page, against a seeded memoryd.
+console-shots: install chromium
+	PYTHONPATH=service:tests $(PY) scripts/console_shots.py docs/console
 
 gen: install
 	PYTHON=$(PY) bash scripts/gen_stubs.sh

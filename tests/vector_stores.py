@@ -19,4 +19,4 @@ def open_store(kind: str, data_dir: Path, dim: int, *, persistent: bool = False)
     config: dict[str, Any] = {}
     if kind == "qdrant":
         config["qdrant_location"] = str(data_dir / "qdrant") if persistent else ":memory:"
-    return vectors.ADAPTERS[kind](Settings(data_dir=data_dir, vectors=config), dim)
+    return vectors.ADAPTERS[kind](Settings.explicit(data_dir=data_dir, vectors=config), dim)

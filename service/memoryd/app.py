@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import logging
 import os
 import socket
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from memoryd.core.engine import MemoryEngine
+from memoryd.core.lifecycle.browse import Browser
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.erasure import Erasure
 from memoryd.core.lifecycle.maintenance import Lease, Maintenance, MaintenanceLoop
@@ -31,13 +33,9 @@ from memoryd.core.retrieval.token_budget import TokenCounter
 from memoryd.core.sessions.extraction import ReplyLimits, SessionExtractor
 from memoryd.core.sessions.sessions import Sessions
 from memoryd.core.tiers.base import TierHandler
-from memoryd.core.tiers.entity import EntityTier
-from memoryd.core.tiers.episodic import EpisodicTier
 from memoryd.core.tiers.long_term import LongTermTier
-from memoryd.core.tiers.persona import PersonaTier
 from memoryd.core.tiers.registry import StoreFamily, TierDeps, build_tiers, served
-from memoryd.core.tiers.short_term import ShortTermTier
-from memoryd.settings import Settings
+from memoryd.settings import InvalidSettings, Settings
 from memoryd.stores import embeddings as embedder_adapters
 from memoryd.stores import hot as hot_adapters
 from memoryd.stores import locks as lock_adapters
@@ -58,6 +56,7 @@ from memoryd.stores.queue.port import WriteBehindQueue
 from memoryd.stores.ratelimit.port import TokenBuckets
 from memoryd.stores.usage.port import UsageCounters
 from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore, VectorStoreError
+from memoryd.transport.metrics import StorageGauge
 from memoryd.transport.telemetry import Telemetry
 from memoryd.transport.tracing import TracingUnavailable
 
@@ -73,6 +72,17 @@ _PROBE_OF = {StoreFamily.HOT: HOT_PROBE, StoreFamily.VECTORS: VECTOR_PROBE}
 
 class StartupRefused(Exception):
     """The server must not start, for the reason given (shown to the operator as is)."""
+
+
+def startup_refusal(exc: BaseException) -> StartupRefused | None:
+    """The one place a failed start-up becomes what the operator reads: one line naming
+    the setting at fault (the command exits 2). None: not the operator's doing but a
+    defect, which keeps its traceback."""
+    if isinstance(exc, StartupRefused):
+        return exc
+    if isinstance(exc, InvalidSettings):
+        return StartupRefused(str(exc))
+    return None
 
 
 @dataclass
@@ -234,12 +244,8 @@ def build_extractor(settings: Settings) -> StructuredChat | None:
 def build_sessions(
     settings: Settings, tiers: dict[Tier, TierHandler], chat: StructuredChat | None
 ) -> Sessions | None:
-    """Commands and EndSession need short-term and persona memory; entities, episodes and
-    the extractor are used when present."""
-    short_term, persona = tiers.get(Tier.SHORT_TERM), tiers.get(Tier.PERSONA)
-    if not isinstance(short_term, ShortTermTier) or not isinstance(persona, PersonaTier):
-        return None
-    entity, episodic = tiers.get(Tier.ENTITY), tiers.get(Tier.EPISODIC)
+    """Commands and EndSession, over the tiers the registry gives a session part (they
+    need short-term and persona memory); the extractor is used when configured."""
     cfg = settings.extraction
     extractor = None
     if chat is not None:
@@ -249,15 +255,7 @@ def build_sessions(
             max_content_bytes=settings.limits.max_content_bytes,
         )
         extractor = SessionExtractor(chat, limits, cfg.max_input_chars)
-    return Sessions(
-        short_term,
-        persona,
-        settings.sessions,
-        settings.limits,
-        entity=entity if isinstance(entity, EntityTier) else None,
-        episodic=episodic if isinstance(episodic, EpisodicTier) else None,
-        extractor=extractor,
-    )
+    return Sessions.wire(tiers, settings.sessions, settings.limits, extractor=extractor)
 
 
 def build_buckets(settings: Settings) -> TokenBuckets:
@@ -329,8 +327,14 @@ async def build_app(
     telemetry: Telemetry | None = None,
 ) -> App:
     """Open every store (off the event loop where it blocks) and wire the core."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    lock = DataDirLock(settings.data_dir) if uses_embedded_stores(settings) else None
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        lock = DataDirLock(settings.data_dir) if uses_embedded_stores(settings) else None
+    except OSError as exc:
+        raise StartupRefused(
+            f"the data directory {settings.data_dir} (MEMORYD_DATA_DIR) cannot be used: "
+            f"{exc.strerror or exc}"
+        ) from exc
     try:
         app = await _build_app(settings, clock, embedder, telemetry)
     except BaseException:
@@ -382,7 +386,10 @@ async def _build_app(
 
     quotas = QuotaProfiles(settings.quotas, settings.long_term)
     buckets = build_buckets(settings)
-    counters = usage_adapters.ADAPTERS[usage_adapters.adapter_name(settings)](settings)
+    counters = StorageGauge(
+        usage_adapters.ADAPTERS[usage_adapters.adapter_name(settings)](settings),
+        telemetry.metrics,  # memory_storage_bytes moves with the counters between surveys
+    )
     locks = lock_adapters.ADAPTERS[lock_adapters.adapter_name(settings)](settings)
     deps = TierDeps(
         settings=settings,
@@ -407,8 +414,21 @@ async def _build_app(
         backups=backups,
         flush=copier.drain,
         observer=observer,
+        # The journal without the copies just made; deletes persisted (docs/operations.md).
+        compactions=(queue.compact, functools.partial(asyncio.to_thread, vectors.flush)),
     )
     chat = build_extractor(settings)
+    directory = usage_adapters.DIRECTORY_ADAPTERS[usage_adapters.adapter_name(settings)](settings)
+    # ListUsers reads each listed user's usage through the engine's own Usage (`engine` is
+    # bound below, before any call).
+    browser = Browser(
+        directory,
+        memory,
+        lambda scope: engine.usage(scope),
+        clock,
+        list(tiers),
+        backfill=usage_adapters.adapter_name(settings) == "in_process",
+    )
     engine = MemoryEngine(
         tiers,
         settings.limits,
@@ -419,6 +439,7 @@ async def _build_app(
         erasure,
         sessions=build_sessions(settings, tiers, chat),
         observer=observer,
+        browser=browser,
     )
     maintenance = Maintenance(memory, tiers, settings.retention)
     lease = build_lease(settings)
@@ -459,6 +480,7 @@ async def _build_app(
             *([chat.close] if chat else []),
             buckets.close,
             counters.close,
+            directory.close,
             locks.close,
         ],
         memory=memory,

@@ -7,27 +7,59 @@ use `__` (e.g. `MEMORYD_WORKING__MAX_ENTRIES=200`). An optional TOML file (`--co
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
+import re
+import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
 
-class WorkingSettings(BaseModel):
+class _Block(BaseModel):
+    """A block of settings: a key it does not know is refused, so that a misspelt one
+    (`[working] max_entrie = 5`) stops the start-up instead of running on the default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def check_host_port(value: str) -> str:
+    """`host:port` or `[v6]:port`, the port 1..65535 (0: any free port, as tests use)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host.strip("[]") or not port.lstrip("-").isdigit():
+        raise ValueError("must be host:port (e.g. 127.0.0.1:50051)")
+    if not 0 <= int(port) <= 65_535:
+        raise ValueError(f"port {port} is out of range (1..65535; 0: any free port)")
+    return value
+
+
+class WorkingSettings(_Block):
     """Working memory: key/value scratch space of one task (agent + task)."""
 
     max_entries: int = Field(100, ge=1, description="Keys per task scope; the next key is refused")
     max_bytes: int = Field(10_240, ge=1, description="Bytes per task scope; LRU eviction past it")
 
 
-class ShortTermSettings(BaseModel):
+class ShortTermSettings(_Block):
     """Short-term memory: the conversation window of one session."""
 
     ttl_seconds: int = Field(3600, ge=1, description="Session lifetime, refreshed on each write")
@@ -35,7 +67,7 @@ class ShortTermSettings(BaseModel):
     max_bytes: int = Field(1_048_576, ge=1, description="Bytes per session; oldest dropped past it")
 
 
-class LimitSettings(BaseModel):
+class LimitSettings(_Block):
     """Request limits: anything past them is refused with INVALID_ARGUMENT."""
 
     max_content_bytes: int = Field(65_536, ge=1, description="Bytes of one memory's content")
@@ -54,7 +86,7 @@ class LimitSettings(BaseModel):
     )
 
 
-class VectorSettings(BaseModel):
+class VectorSettings(_Block):
     """Where long-term, persona and the other vector tiers live."""
 
     backend: Literal["edge", "qdrant"] = Field(
@@ -69,7 +101,7 @@ class VectorSettings(BaseModel):
     collection: str = Field("memories", description="The one collection of every vector tier")
 
 
-class EmbedderSettings(BaseModel):
+class EmbedderSettings(_Block):
     provider: Literal["minilm-onnx", "minilm", "openai"] = Field(
         "minilm-onnx",
         description="minilm-onnx: local MiniLM on ONNX Runtime; minilm: the same model on "
@@ -124,7 +156,7 @@ class EmbedderSettings(BaseModel):
     cache_ttl_seconds: int = Field(7 * 24 * 3600, ge=1, description="Redis cache TTL")
 
 
-class RetrievalSettings(BaseModel):
+class RetrievalSettings(_Block):
     mode: Literal["hybrid", "dense", "keyword"] = Field(
         "hybrid", description="Candidates from both dense and BM25, or one of them"
     )
@@ -206,7 +238,7 @@ class RetrievalSettings(BaseModel):
     max_token_budget: int = Field(16_000, ge=1, description="Largest token_budget accepted")
 
 
-class LongTermSettings(BaseModel):
+class LongTermSettings(_Block):
     compress_over_bytes: int = Field(1024, ge=1, description="zlib-compress larger content")
     lead_chars: int = Field(
         240,
@@ -224,7 +256,7 @@ class LongTermSettings(BaseModel):
     )
 
 
-class EpisodicSettings(BaseModel):
+class EpisodicSettings(_Block):
     """Episodic memory: an agent's past tasks (task, steps, outcome), found by similarity."""
 
     ttl_days: int = Field(
@@ -236,7 +268,7 @@ class EpisodicSettings(BaseModel):
     max_steps: int = Field(50, ge=1, description="Steps of one episode")
 
 
-class StructuredSettings(BaseModel):
+class StructuredSettings(_Block):
     """Structured memory: a user's JSON documents, searched and filtered by field."""
 
     max_documents: int = Field(
@@ -249,7 +281,7 @@ class StructuredSettings(BaseModel):
     )
 
 
-class EntitySettings(BaseModel):
+class EntitySettings(_Block):
     """The entity tier: entities and (subject, predicate, object) relations. Its quotas
     come from the quota profile (entity_max_entities, entity_max_relations)."""
 
@@ -275,7 +307,7 @@ class EntitySettings(BaseModel):
     )
 
 
-class ExtractionSettings(BaseModel):
+class ExtractionSettings(_Block):
     """The LLM that extracts facts, entities and relations when a session ends: any
     OpenAI-compatible chat completions endpoint with structured output (JSON schema).
     Configured when `base_url` or `api_key` is set; otherwise EndSession skips extraction."""
@@ -301,7 +333,7 @@ class ExtractionSettings(BaseModel):
         return self.base_url is not None or self.api_key is not None
 
 
-class SessionSettings(BaseModel):
+class SessionSettings(_Block):
     """Ending sessions and the explicit remember/forget commands of user messages."""
 
     keep_messages_on_end: bool = Field(
@@ -316,7 +348,7 @@ class SessionSettings(BaseModel):
     )
 
 
-class QuotaProfile(BaseModel):
+class QuotaProfile(_Block):
     """The limits of one plan. Unset fields take the RT-006 per-user figures (pro)."""
 
     long_term_max_memories: int = Field(10_000, ge=1, description="Long-term memories per user")
@@ -368,7 +400,7 @@ RT006_PROFILES: dict[str, dict[str, int]] = {
 DEFAULT_PROFILE = "default"
 
 
-class TierQuota(BaseModel):
+class TierQuota(_Block):
     """Per-user limits of one tier for users on the default profile."""
 
     max_memories: int | None = Field(
@@ -379,7 +411,7 @@ class TierQuota(BaseModel):
     )
 
 
-class QuotaSettings(BaseModel):
+class QuotaSettings(_Block):
     """RT-006 quota profiles and who is on which.
 
     A user's profile: their entry in `user_profiles` ("tenant/user"), else their tenant's
@@ -440,14 +472,16 @@ class QuotaSettings(BaseModel):
         ]
         for where, name in assigned:
             if name not in known:
-                raise ValueError(f"{where}: unknown quota profile {name!r}")
+                raise ValueError(
+                    f"{where}: unknown quota profile {name!r} (known: {', '.join(sorted(known))})"
+                )
         for key in self.user_profiles:
             if key.count("/") != 1 or not all(key.split("/")):
                 raise ValueError(f"user_profiles: key {key!r} must be 'tenant/user'")
         return self
 
 
-class RetentionSettings(BaseModel):
+class RetentionSettings(_Block):
     """RT-005 retention: when a tier's memories move to the cold archive, and how often the
     server's maintenance runs (short-term TTL is enforced by the hot store itself)."""
 
@@ -470,7 +504,7 @@ class RetentionSettings(BaseModel):
     )
 
 
-class UsageSettings(BaseModel):
+class UsageSettings(_Block):
     """Usage report: alert thresholds and storage prices.
 
     Prices come from RT-006 "Cost Tracking": vector store $0.40/GB/month, Redis
@@ -491,7 +525,7 @@ class UsageSettings(BaseModel):
     )
 
 
-class WriteBehindSettings(BaseModel):
+class WriteBehindSettings(_Block):
     """The durable copy of conversation messages into long-term memory."""
 
     batch_size: int = Field(64, ge=1, description="Messages copied to long-term per batch")
@@ -509,21 +543,26 @@ class WriteBehindSettings(BaseModel):
     )
 
 
-class BackupSettings(BaseModel):
+class BackupSettings(_Block):
     """`memoryd backup`: one export file per user and day under `<data_dir>/backups`."""
 
     retention_days: int = Field(30, ge=1, description="Backup days older than this are deleted")
 
 
-class MetricsSettings(BaseModel):
+class MetricsSettings(_Block):
     """Prometheus metrics, served on their own HTTP listener (docs/reference/metrics.md)."""
 
     listen: str = Field(
         "127.0.0.1:9464", description="host:port serving /metrics; empty turns metrics off"
     )
 
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        return check_host_port(value) if value else value
 
-class TracingSettings(BaseModel):
+
+class TracingSettings(_Block):
     """OpenTelemetry traces (the `otel` extra). The exporter reads the standard
     OTEL_EXPORTER_OTLP_* variables."""
 
@@ -532,7 +571,7 @@ class TracingSettings(BaseModel):
     service_name: str = Field("memoryd", description="The service.name resource attribute")
 
 
-class JwtSettings(BaseModel):
+class JwtSettings(_Block):
     """Bearer JWTs (PyJWT). Configure one key source: an HS256 secret, a PEM public key
     (RS*/PS*/ES*/EdDSA) or a JWKS file (keys chosen by the token's `kid`)."""
 
@@ -557,7 +596,7 @@ class JwtSettings(BaseModel):
         return bool(self.hs256_secret or self.public_key_file or self.jwks_file)
 
 
-class AuthSettings(BaseModel):
+class AuthSettings(_Block):
     """Who may call: API keys (a keys file), JWTs, or mTLS client certificates (see `tls`).
     With none configured every caller is tenant "default" and the server stays on loopback."""
 
@@ -573,7 +612,7 @@ class AuthSettings(BaseModel):
     )
 
 
-class TlsSettings(BaseModel):
+class TlsSettings(_Block):
     """TLS for the gRPC port; with a client CA, mutual TLS: every connection needs a client
     certificate of that CA (gRPC Python cannot make it optional), and the certificate is a
     credential, its subject naming tenant, role and user (attribute names below)."""
@@ -600,7 +639,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MEMORYD_",
         env_nested_delimiter="__",
-        extra="ignore",
+        extra="forbid",
     )
 
     listen: str = Field("127.0.0.1:50051", description="host:port of the gRPC server")
@@ -608,6 +647,12 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, description="Hot tiers in Redis; unset: in-process")
     redis_cluster: bool = Field(
         False, description="redis_url names a node of a Redis Cluster: use the cluster client"
+    )
+    redis_timeout_seconds: float = Field(
+        2.0,
+        gt=0,
+        description="Longest wait for one Redis command or connect; a request's Redis calls "
+        "also end before its deadline",
     )
     reflection: bool = Field(False, description="Serve gRPC server reflection")
     grace_period_seconds: float = Field(5.0, ge=0, description="Graceful stop on SIGTERM")
@@ -646,6 +691,26 @@ class Settings(BaseSettings):
         None, description="The client commands' API key (MEMORYD_API_KEY); the server ignores it"
     )
 
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        if value.startswith(("unix:", "unix-abstract:")):  # a socket file: no port
+            return value
+        return check_host_port(value)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value
+
+    @classmethod
+    def explicit(cls, **values: Any) -> Settings:
+        """These values over the defaults, and nothing else: no MEMORYD_* variable and no
+        file is read (what tests build, whatever environment they run in)."""
+        return _ExplicitSettings(**values)
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -664,15 +729,195 @@ class Settings(BaseSettings):
         )
 
 
+class _ExplicitSettings(Settings):
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+class InvalidSettings(ValueError):
+    """The settings cannot be used; the message is one line naming the setting."""
+
+
+PREFIX = "MEMORYD_"
+# MEMORYD_* variables that are not settings: the config file's, the clients' (read by
+# `memoryd mcp`, the client libraries and examples) and the test suite's and tools'.
+# Any other MEMORYD_* name that is no setting refuses the start when it names a setting
+# block (`MEMORYD_WORKNG__MAX_ENTRIES`) or lies close to a setting's name
+# (`MEMORYD_LISEN`, `MEMORYD_LOGLEVEL`); names far from every setting are left alone.
+NOT_SETTINGS = frozenset(
+    {
+        "CONFIG",
+        "TARGET",
+        "USER_ID",
+        "AGENT_ID",
+        "PYTHON",
+        "FUZZ_SEED",
+        "FUZZ_EXAMPLES",
+        "CRASH_ROUNDS",
+    }
+)
+_CLOSE = 0.8  # difflib ratio at which an unknown name is taken for a misspelt setting
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    return [
+        t
+        for t in (annotation, *get_args(annotation))
+        if isinstance(t, type) and issubclass(t, BaseModel)
+    ]
+
+
+def _dict_value(annotation: Any) -> Any | None:
+    """The value type of a dict-valued field (None: not a dict)."""
+    for t in (annotation, *get_args(annotation)):
+        if get_origin(t) is dict:
+            return get_args(t)[1]
+    return None
+
+
+def setting_paths(model: type[BaseModel] = Settings, prefix: tuple[str, ...] = ()) -> set[str]:
+    """Every settings path, blocks included, `.`-separated; `*` stands for a dict's key."""
+    paths: set[str] = set()
+    for name, info in model.model_fields.items():
+        path = (*prefix, name)
+        paths.add(".".join(path))
+        for sub in _models_in(info.annotation):
+            paths |= setting_paths(sub, path)
+        value = _dict_value(info.annotation)
+        if value is not None:
+            paths.add(".".join((*path, "*")))
+            for sub in _models_in(value):
+                paths |= setting_paths(sub, (*path, "*"))
+    return paths
+
+
+def env_name(path: str) -> str:
+    return PREFIX + path.replace(".", "__").upper()
+
+
+def _is_complex(path: tuple[str, ...]) -> bool:
+    """Whether the environment gives this setting as JSON (a block, a list or a dict)."""
+    model: type[BaseModel] | None = Settings
+    annotation: Any = None
+    for part in path:
+        if model is None or part not in model.model_fields:
+            return False
+        annotation = model.model_fields[part].annotation
+        models = _models_in(annotation)
+        model = models[0] if models else None
+    if _models_in(annotation) or _dict_value(annotation) is not None:
+        return True
+    return any(get_origin(t) in (list, dict) for t in (annotation, *get_args(annotation)))
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse MEMORYD_* variables that look like settings but are none, and settings given
+    as JSON that is not JSON, naming the variable (and the nearest setting)."""
+    paths = setting_paths()
+    names = {env_name(p): p for p in paths if "*" not in p}
+    under_dicts = [env_name(p)[: -len("*")] for p in paths if p.endswith("*")]
+    for raw, value in sorted(environ.items()):
+        name = raw.upper()
+        if not name.startswith(PREFIX) or name.removeprefix(PREFIX) in NOT_SETTINGS:
+            continue
+        if name in names:
+            path = tuple(names[name].split("."))
+            if _is_complex(path) and value.strip():
+                try:
+                    json.loads(value)
+                except ValueError:
+                    raise InvalidSettings(
+                        f"{raw} must be JSON (as every block, list and map setting given by "
+                        f"the environment), not {_shown(name, value)}"
+                    ) from None
+            continue
+        if any(name.startswith(d) for d in under_dicts):
+            continue
+        near = difflib.get_close_matches(name, names, n=1, cutoff=_CLOSE)
+        if "__" in name.removeprefix(PREFIX) or near:
+            hint = f"; did you mean {near[0]}?" if near else ""
+            raise InvalidSettings(f"{raw} is not a setting of memoryd{hint}")
+
+
+def _shown(where: str, value: object) -> str:
+    """A value for an error message: never one of a secret, never long."""
+    if any(w in where.lower() for w in ("key", "secret", "token", "password")):
+        return "(value withheld)"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _fields_at(loc: tuple[str | int, ...]) -> list[str]:
+    """The names valid beside the last part of a validation error's location."""
+    model: type[BaseModel] | None = Settings
+    below_dict: Any = None
+    for part in loc[:-1]:
+        if below_dict is not None:
+            models = _models_in(below_dict)
+            model, below_dict = (models[0] if models else None), None
+            continue
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            return []
+        annotation = model.model_fields[part].annotation
+        below_dict = _dict_value(annotation)
+        models = _models_in(annotation)
+        model = models[0] if models else None
+    return list(model.model_fields) if model is not None and below_dict is None else []
+
+
+def describe(exc: ValidationError, config_file: Path | None = None) -> str:
+    """A ValidationError of the settings as one line naming each setting (path and
+    variable) and, for an unknown key, the nearest valid one."""
+    parts: list[str] = []
+    for error in exc.errors():
+        loc = tuple(p for p in error["loc"] if p)
+        path = ".".join(str(p) for p in loc)
+        if error["type"] == "extra_forbidden":
+            near = difflib.get_close_matches(str(loc[-1]), _fields_at(loc), n=1, cutoff=0.6)
+            where = f" in {config_file}" if config_file else ""
+            hint = f"; did you mean {'.'.join((*map(str, loc[:-1]), near[0]))}?" if near else ""
+            parts.append(f"{path}{where} is not a setting of memoryd{hint}")
+            continue
+        message = str(error["msg"]).removeprefix("Value error, ")
+        # A block's own check names its field first ("default_profile: unknown ..."):
+        # name that setting in full.
+        field = re.match(r"(\w+)(\[[^\]]*\])?: ", message)
+        if field and field[1] in _fields_at((*loc, "")):
+            path, message = f"{path}.{field[1]}" if path else field[1], message[field.end() :]
+            variable = env_name(path) + (f"__{field[2][1:-1].upper()}" if field[2] else "")
+        else:
+            variable = env_name(path)
+        shown = "" if isinstance(error["input"], dict) else f", not {_shown(path, error['input'])}"
+        parts.append(f"setting {path} ({variable}): {message}{shown}")
+    return "; ".join(parts)
+
+
 def load_settings(config_file: Path | None = None, **overrides: object) -> Settings:
-    """Settings from the environment, over an optional TOML file, under explicit overrides."""
+    """Settings from the environment, over an optional TOML file, under explicit overrides.
+    Raises InvalidSettings (one line naming the setting) for anything that cannot be used."""
     path = config_file or (Path(p) if (p := os.environ.get("MEMORYD_CONFIG")) else None)
-    if path is None:
-        return Settings(**overrides)  # type: ignore[arg-type]
-    if not path.is_file():
-        raise FileNotFoundError(f"config file not found: {path}")
+    check_environment(os.environ)
+    if path is not None and not path.is_file():
+        raise InvalidSettings(f"config file not found: {path} (--config or MEMORYD_CONFIG)")
+    try:
+        if path is None:
+            return Settings(**overrides)  # type: ignore[arg-type]
 
-    class _FileSettings(Settings):
-        model_config = SettingsConfigDict(toml_file=path)
+        class _FileSettings(Settings):
+            model_config = SettingsConfigDict(toml_file=path)
 
-    return _FileSettings(**overrides)  # type: ignore[arg-type]
+        return _FileSettings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise InvalidSettings(describe(exc, path)) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidSettings(f"config file {path} is not valid TOML: {exc}") from exc
+    except SettingsError as exc:  # a value the environment gives that cannot be parsed
+        raise InvalidSettings(f"the settings cannot be read: {exc}") from exc

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+from pathlib import Path
 
 import pytest
 from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
 from chat_stub import Turn, chat_stub
+from limited_server import limited_server
 from openai import AsyncOpenAI
 
 from conftest import ServerFactory
+from grants import new_key
 from memoryd_client import NO_RETRY, AsyncMemoryClient, MemoryClient
 from memoryd_client.agents import memory_tools
 from memoryd_client.tools import MEMORY_INSTRUCTIONS, MemoryTools, function_schemas
@@ -102,7 +106,9 @@ async def test_an_unreachable_memoryd_fails_closed_with_a_marked_empty_result(
             agent = agent_for(memory_tools(client, user_id=user_id), stub.url)
             result = await Runner.run(agent, "Anything about me?", run_config=NO_TRACING)
     assert result.final_output == "I could not recall anything."
-    assert stub.tool_messages(1)[-1]["content"] == '<memory status="error"></memory>'
+    assert stub.tool_messages(1)[-1]["content"] == (
+        '<memory status="error" reason="unavailable"></memory>'
+    )
     assert json.loads(stub.tool_messages(2)[-1]["content"]) == {
         "status": "error",
         "reason": "unavailable",
@@ -117,7 +123,9 @@ async def test_bad_arguments_from_the_model_are_refused_without_a_call(user_id: 
     # A client to nowhere: a refusal must not even reach the network.
     with MemoryClient(f"127.0.0.1:{free_port()}", retry=NO_RETRY) as client:
         tools = MemoryTools(client, user_id=user_id)
-        assert tools.call("query_memory", "{not json") == '<memory status="error"></memory>'
+        assert tools.call("query_memory", "{not json").startswith(
+            '<memory status="error" reason="invalid_arguments">arguments are not JSON'
+        )
         assert json.loads(tools.call("remember", {"key": "", "value": "x"}))["reason"] == (
             "invalid_arguments"
         )
@@ -139,3 +147,51 @@ def test_function_schemas_are_strict_openai_function_tools() -> None:
         assert set(params["required"]) == set(params["properties"])
         assert params["additionalProperties"] is False
         assert "user_id" not in params["properties"]  # the model never picks whose memories
+
+
+async def test_a_query_past_the_rate_limit_is_marked_rate_limited_never_empty(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
+    limited = await limited_server(start_server, tmp_path, user_id)
+    async with AsyncMemoryClient(limited.target, api_key=limited.key) as client:
+        tools = MemoryTools(client, user_id=user_id)
+        saved = json.loads(await tools.acall("remember", {"key": "pet", "value": "Has a cat"}))
+        assert saved["status"] == "ok"
+        first = await tools.acall("query_memory", {"query": "pets", "top_k": None})
+        assert "pet: Has a cat" in first
+
+        # The user's one query a minute is spent: memories exist but cannot be read now.
+        other = await tools.acall("query_memory", {"query": "where do I live?", "top_k": None})
+        assert other.startswith('<memory status="rate_limited">rate limited:')
+        assert other != '<memory status="empty"></memory>'
+        # The same query again gets its recent answer, not nothing.
+        assert await tools.acall("query_memory", {"query": "pets", "top_k": None}) == first
+
+        # Writes past theirs say when to retry.
+        await tools.acall("remember", {"key": "city", "value": "Lives in Lyon"})
+        refused = json.loads(await tools.acall("forget", {"key": "city"}))
+        assert refused["status"] == "error" and refused["reason"] == "rate_limited"
+        assert re.fullmatch(r"rate limited: retry after \d+ s", refused["message"])
+
+
+async def test_a_missing_or_refused_key_is_named_not_reported_unavailable(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
+    limited = await limited_server(start_server, tmp_path, user_id)
+    for key in (None, "mdk_0123456789abcdef_not-a-real-secret"):
+        async with AsyncMemoryClient(limited.target, api_key=key, retry=NO_RETRY) as client:
+            tools = MemoryTools(client, user_id=user_id)
+            block = await tools.acall("query_memory", {"query": "pets", "top_k": None})
+            assert block.startswith(
+                '<memory status="error" reason="unauthenticated">memoryd refused the credential'
+            )
+            refused = json.loads(await tools.acall("remember", {"key": "k", "value": "v"}))
+            assert refused["reason"] == "unauthenticated"
+            assert "MEMORYD_API_KEY" in refused["message"]
+    # A key that may not act for this user is refused as such.
+    other = new_key(limited.keys_file, "acme", "agent", ("someone-else",))
+    async with AsyncMemoryClient(limited.target, api_key=other, retry=NO_RETRY) as client:
+        denied = json.loads(
+            await MemoryTools(client, user_id=user_id).acall("forget", {"key": "k"})
+        )
+        assert denied["reason"] == "permission_denied"

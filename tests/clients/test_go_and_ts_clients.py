@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from limited_server import limited_server
 
 from conftest import ServerFactory
 
@@ -101,3 +102,26 @@ async def test_the_go_example_talks_to_a_live_memoryd(
     assert lines[1].startswith("added: ") and lines[1].endswith("OPERATION_ADD")
     assert lines[2].endswith("Prefers window seats on long flights")
     assert '<item tier="long_term" kind="preference"' in out.decode()
+
+
+async def test_the_go_example_says_when_a_query_was_rate_limited(
+    go_example: Path, start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
+    # One query a minute: the Retrieve is answered, the RenderContext after it is not.
+    limited = await limited_server(start_server, tmp_path, user_id)
+    proc = await asyncio.create_subprocess_exec(
+        str(go_example),
+        "-target",
+        limited.target,
+        "-user",
+        user_id,
+        "-api-key",
+        limited.key,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert lines[2].endswith("Prefers window seats on long flights")
+    assert lines[-1].startswith("context: rate limited: ")

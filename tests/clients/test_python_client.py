@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from limited_server import limited_server
 
 from conftest import RunningServer, ServerFactory
 from memoryd.cli.client_commands import add_client_commands, run_client_command
@@ -70,6 +71,11 @@ async def test_sync_client_adds_retrieves_gets_and_deletes(
             assert [i.id for i in got.items] == [added.memory_id] and got.missing == ["nope"]
             deleted = client.delete(user_id=user_id, tier="long_term", ids=[added.memory_id])
             assert deleted.deleted_count == 1
+            users = client.list_users(user_id_prefix=user_id, page_size=1)
+            assert [u.user_id for u in users.users] == [user_id]
+            assert (
+                client.list_memories(user_id=user_id).items[0].content == "Ana owns a red bicycle"
+            )
 
     await asyncio.to_thread(scenario)
 
@@ -109,6 +115,15 @@ async def test_async_client_covers_every_rpc(start_server: ServerFactory, user_i
         usage = await client.usage(user_id=user_id)
         long_term = usage.tier("long_term")
         assert long_term is not None and long_term.count >= 1 and long_term.max_count > 0
+
+        explained = await client.retrieve(user_id=user_id, query="cello", top_k=1, explain=True)
+        assert explained.items[0].explain is not None
+        assert explained.items[0].explain.final == explained.items[0].score
+        listed = await client.list_users(user_id_prefix=user_id)
+        assert [u.user_id for u in listed.users] == [user_id] and not listed.next_page_token
+        assert listed.users[0].last_active_at is not None
+        page = await client.list_memories(user_id=user_id, tiers=["persona"], page_size=10)
+        assert [(m.tier, m.key, m.content) for m in page.items] == [(Tier.PERSONA, "name", "Ana")]
 
         ended = await client.end_session(**session)
         # This server has no extractor configured: the session is closed all the same.
@@ -288,3 +303,26 @@ async def test_add_batch_reports_each_item_sync_and_async(
         assert all(r.ok and r.operation is Operation.ADD for r in batch.results)
         with pytest.raises(InvalidArgument):
             await client.add_batch([])
+
+
+async def test_a_rate_limited_query_says_so_in_both_clients_results(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
+    limited = await limited_server(start_server, tmp_path, user_id)
+    async with AsyncMemoryClient(limited.target, api_key=limited.key) as client:
+        await client.add(user_id=user_id, content="Ana prefers window seats", tier="long_term")
+        answered = await client.retrieve(user_id=user_id, query="seats", tiers=["long_term"])
+        assert answered.rate_limited is False and len(answered.items) == 1
+        # Past the one query a minute: no items, and the result says why.
+        limited_hits = await client.retrieve(user_id=user_id, query="bikes", tiers=["long_term"])
+        assert limited_hits.rate_limited is True and limited_hits.items == []
+        rendered = await client.render_context(user_id=user_id, query="bikes")
+        assert rendered.rate_limited is True and rendered.context == ""
+
+    def sync_scenario() -> None:
+        with MemoryClient(limited.target, api_key=limited.key) as client:
+            hits = client.retrieve(user_id=user_id, query="trains", tiers=["long_term"])
+            assert hits.rate_limited is True and hits.items == []
+            assert client.render_context(user_id=user_id, query="trains").rate_limited is True
+
+    await asyncio.to_thread(sync_scenario)

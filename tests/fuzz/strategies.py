@@ -52,6 +52,8 @@ HOSTILE_STRINGS = [
     '{"\\udc00": 1}',
     '{"a": {"b": [1, {"c": null}]}}',
     '{"a": 1e999}',
+    '{"a": NaN}',
+    '{"a": [-Infinity]}',
     "[" * 200 + "]" * 200,
     '{"a":' * 100 + "1" + "}" * 100,
     "-1",
@@ -445,3 +447,12 @@ def import_items(draw: st.DrawFn) -> pb.MemoryItem:
     if draw(st.integers(0, 4)) == 0:
         item.MergeFrom(draw(messages_of(pb.MemoryItem, plausible=False)))
     return item
+
+
+# Client text far past every limit, which no error may echo whole: its status travels in
+# trailing metadata (8 KiB by default), an AddBatch result in a response (4 MiB).
+oversized_keys = st.builds(
+    lambda unit, count: unit * count,
+    st.sampled_from(["k", "ключ", "\x00", "é\u2026", "\U0001f600", "a b"]),
+    st.integers(100, 40_000),
+)

@@ -33,6 +33,7 @@ from fuzz.strategies import (
     mangled,
     messages,
     messages_of,
+    oversized_keys,
 )
 from memoryd.app import build_app
 from memoryd.settings import Settings
@@ -88,7 +89,7 @@ async def fuzzed(
     tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
 ) -> AsyncIterator[Fuzzed]:
     """One server for every example, with small quotas so full tiers are reached."""
-    settings_ = Settings(
+    settings_ = Settings.explicit(
         listen="127.0.0.1:0",
         metrics={"listen": "127.0.0.1:0"},  # never the fixed default: workers run at once
         data_dir=Path(tmp_path_factory.mktemp("fuzz")) / "data",
@@ -250,6 +251,51 @@ async def test_hostile_import_streams_whole_or_abandoned(
 ) -> None:
     cancel = data.draw(st.one_of(st.none(), st.integers(0, len(requests))), label="cancel after")
     await client_stream(fuzzed.stub.Import, requests, cancel)
+    await fuzzed.assert_serving()
+
+
+# --------------------------------------------------------------------------- echoes
+
+# Well under grpc's default 8 KiB for trailing metadata, where an error's status travels.
+MAX_ERROR_BYTES = 4096
+
+
+def error_bytes(err: grpc.aio.AioRpcError) -> int:
+    trailers: Any = err.trailing_metadata() or ()
+    return len(err.details() or "") + sum(len(value) for _, value in trailers)
+
+
+@FUZZ
+@seed(SEED)
+@given(key=oversized_keys, data=st.data())
+async def test_oversized_keys_are_refused_by_name_and_never_echoed_whole(
+    fuzzed: Fuzzed, no_errors_logged: None, key: str, data: st.DataObject
+) -> None:
+    """A metadata or filter key past its limit is INVALID_ARGUMENT whatever its size (an
+    echo of it would outgrow the trailers: RESOURCE_EXHAUSTED); in a batch it fails alone."""
+    user = pb.Scope(user_id=data.draw(st.sampled_from(USERS)))
+    lt = pb.TIER_LONG_TERM
+    refused: list[tuple[Any, Message]] = [
+        (fuzzed.stub.Add, pb.AddRequest(scope=user, tier=lt, content="c", metadata={key: "v"})),
+        (fuzzed.stub.Retrieve, pb.RetrieveRequest(scope=user, query="q", filters={key: "v"})),
+        (
+            fuzzed.stub.Prune,
+            pb.PruneRequest(scope=user, strategy=pb.PRUNE_STRATEGY_BY_FILTER, filters={key: "v"}),
+        ),
+    ]
+    call, request = data.draw(st.sampled_from(refused), label="call")
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call(request, timeout=TIMEOUT_S)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_bytes(caught.value) < MAX_ERROR_BYTES
+
+    task = pb.Scope(user_id=user.user_id, task_id="t1")
+    good = pb.AddRequest(scope=task, tier=pb.TIER_WORKING, key="echo", content="kept")
+    bad = pb.AddRequest(scope=user, tier=lt, content="c", metadata={key: "v"})
+    reply = await fuzzed.stub.AddBatch(pb.AddBatchRequest(items=[good, bad]), timeout=TIMEOUT_S)
+    assert reply.results[0].memory_id and not reply.results[0].HasField("error")
+    assert reply.results[1].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert reply.ByteSize() < MAX_ERROR_BYTES
     await fuzzed.assert_serving()
 
 

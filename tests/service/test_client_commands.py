@@ -16,6 +16,7 @@ from clock import MovableClock
 from conftest import RunningServer, ServerFactory
 from memoryd.cli.client_commands import add_client_commands, run_client_command
 from memoryd.cli.main import _parser as main_parser
+from memoryd.cli.main import main
 from memoryd.cli.progress import Progress
 from memoryd.v1 import memory_pb2 as pb
 from rpc import scope
@@ -300,3 +301,116 @@ def test_a_failure_ends_the_bar_line_without_a_summary() -> None:
     assert text.startswith("\rexport:  50%|") and text.endswith("\n") and text.count("\n") == 1
     bar(2, 2)  # a late report (another thread) after the end is ignored
     assert out.getvalue() == text
+
+
+def test_a_wait_after_the_last_item_is_said_at_once_then_replaced_by_the_final_line() -> None:
+    for tty in (False, True):
+        clock = MovableClock(0.0)
+        out = io.StringIO()
+        with Progress("import", "items", stream=out, tty=tty, columns=100, clock=clock) as bar:
+            bar(0, 4)
+            bar(4, 4)
+            bar.wait("sent; memoryd is verifying and storing them")
+            waiting = out.getvalue()
+            clock.now = 6.0  # the server's work: no milestone line, no frame meanwhile
+            bar.close("imported 4 items")
+        said = "import: 4/4 items sent; memoryd is verifying and storing them"
+        if tty:
+            assert waiting.endswith(f"\r{said} ...")
+            final = out.getvalue().removeprefix(waiting)
+            # Over the waiting line, blanking its rest.
+            line = "imported 4 items [00:06, 0.7 items/s]".ljust(len(said) + 4)
+            assert final == f"\r{line}\n"
+        else:
+            assert waiting == f"{said}\n"
+            assert out.getvalue() == f"{said}\nimported 4 items [00:06, 0.7 items/s]\n"
+
+
+async def test_import_says_while_the_server_verifies_and_stores(
+    start_server: ServerFactory, user_id: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = await start_server()
+    await fill(s, user_id)
+    dump = tmp_path / "dump.jsonl"
+    assert await run("export", "--target", target(s), "--user", user_id, "-o", str(dump)) == 0
+    capsys.readouterr()
+    assert await run("import", "--target", target(s), "--user", f"{user_id}-2", str(dump)) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "import: 4/4 items sent; memoryd is verifying and storing them"
+    assert err[-1].startswith("import: 4/4 items [")
+
+
+SHARED_FLAGS = {"--target", "--user", "--api-key", "--tls", "--tls-ca", "--tls-cert", "--tls-key"}
+
+
+def _visible_flags(command: str) -> set[str]:
+    parser = main_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    return {
+        flag
+        for action in commands[command]._actions
+        if action.help != argparse.SUPPRESS
+        for flag in action.option_strings
+    }
+
+
+def test_the_client_commands_and_mcp_spell_their_shared_flags_alike() -> None:
+    for command in ("export", "import", "prune", "usage", "mcp"):
+        assert _visible_flags(command) >= SHARED_FLAGS, command
+        # The old spellings work but are not offered.
+        assert not {"--user-id", "--ca-cert", "--client-cert", "--client-key"} & _visible_flags(
+            command
+        )
+
+
+def test_the_old_spellings_still_mean_the_same() -> None:
+    old = ["--user-id", "u1", "--ca-cert", "ca.pem", "--client-cert", "c.pem"]
+    old += ["--client-key", "k.pem"]
+    usage = main_parser().parse_args(["usage", *old])
+    assert (usage.user, usage.tls_ca, usage.tls_cert, usage.tls_key) == (
+        "u1",
+        Path("ca.pem"),
+        Path("c.pem"),
+        Path("k.pem"),
+    )
+    new = ["--user", "u1", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem"]
+    for argv in (old, new):
+        mcp = main_parser().parse_args(["mcp", *argv])
+        assert (mcp.user_id, mcp.ca_cert, mcp.client_cert, mcp.client_key) == (
+            "u1",
+            "ca.pem",
+            "c.pem",
+            "k.pem",
+        )
+
+
+def test_a_client_command_without_a_user_says_so_and_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run_client_command(parse("usage", "--target", "127.0.0.1:1")) == 2
+    assert capsys.readouterr().err == "memoryd usage: --user required\n"
+
+
+def test_a_key_s_profile_is_named_for_what_it_sets_its_rate_limits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MEMORYD_DATA_DIR", str(tmp_path / "data"))
+    keys = ["keys", "create", "--keys-file", str(tmp_path / "keys.jsonl"), "--tenant", "acme"]
+    assert main([*keys, "--role", "agent", "--rate-profile", "free"]) == 0
+    assert "rate limits of quota profile free" in capsys.readouterr().err
+    # The old spelling still works, out of the help.
+    assert main([*keys, "--role", "reader", "--profile", "pro"]) == 0
+    capsys.readouterr()
+    assert main(["keys", "list", "--keys-file", str(tmp_path / "keys.jsonl")]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[4] == "rate_profile"
+    assert [row.split()[4] for row in rows] == ["free", "pro"]
+    create = next(
+        a for a in main_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices["keys"]
+    create_help = (
+        next(a for a in create._actions if isinstance(a, argparse._SubParsersAction))
+        .choices["create"]
+        .format_help()
+    )
+    assert "--rate-profile" in create_help and "--profile " not in create_help

@@ -25,7 +25,7 @@ def openai_api() -> Iterator[OpenAIStub]:
 
 
 def openai_settings(data: Path, stub: OpenAIStub) -> Settings:
-    return Settings(
+    return Settings.explicit(
         data_dir=data,
         embedder={
             "provider": "openai",

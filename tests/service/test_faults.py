@@ -21,6 +21,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from conftest import RunningServer, ServerFactory
 from memoryd.app import StartupRefused, build_app
 from memoryd.settings import Settings
+from memoryd.stores.hot.port import HotStoreDown, SessionKey, SessionMessage
+from memoryd.stores.hot.redis_store import RedisHotStore
 from memoryd.v1 import memory_pb2 as pb
 from redis_server import RedisServer
 from rpc import rpc_error, scope
@@ -258,4 +260,108 @@ async def test_a_full_redis_refuses_hot_writes_as_unavailable_not_internal(
         await s.stub.Add(pb.AddRequest(scope=task, tier=WK, key="k", content="v"))
     finally:
         await client.aclose()
+        redis.stop()
+
+
+async def test_a_frozen_redis_is_answered_unavailable_by_the_server_within_the_callers_deadline(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
+    """Redis stopped dead (SIGSTOP: connections open, no answer). Every Redis call is
+    bounded by `redis_timeout_seconds` and by the caller's deadline, and a request does not
+    wait for Redis again once it timed out: the server answers UNAVAILABLE itself, so the
+    caller never sees its own DEADLINE_EXCEEDED."""
+    redis = RedisServer(tmp_path / "redis")
+    frozen = False
+    try:
+        s = await start_server(redis_url=redis.url)
+        everywhere = scope(user_id, task_id="t", session_id="s")
+        await s.stub.Add(pb.AddRequest(scope=everywhere, tier=WK, key="k", content="v"))
+        redis.freeze()
+        frozen = True
+
+        # Usage asks Redis for every tier (hot tiers, usage counters): one timeout in all,
+        # then it answers as with Redis down (the hot tiers skipped).
+        usage = await s.stub.Usage(pb.UsageRequest(scope=everywhere), timeout=10)
+        assert list(usage.skipped_tiers) == [WK, ST]
+
+        # With a Redis timeout longer than the caller's deadline, the deadline bounds it.
+        patient = await start_server(
+            redis_url=redis.url, redis_timeout_seconds=60, data_dir=tmp_path / "patient"
+        )
+        for request in (
+            pb.AddRequest(scope=everywhere, tier=WK, key="k2", content="v"),
+            pb.AddRequest(scope=everywhere, tier=ST, content="hello"),
+            pb.AddRequest(scope=everywhere, tier=LT, content="The user likes green tea"),
+        ):
+            err = await rpc_error(patient.stub.Add(request, timeout=4))
+            assert err.code() == grpc.StatusCode.UNAVAILABLE, (request.tier, err.details())
+
+        redis.thaw()
+        frozen = False
+        await until_health(s, "", SERVING)
+        await s.stub.Add(pb.AddRequest(scope=everywhere, tier=WK, key="k3", content="v"))
+    finally:
+        if frozen:
+            redis.thaw()
+        redis.stop()
+
+
+async def test_after_redis_restarts_the_first_requests_succeed(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
+    """The connections pooled before the restart are dead: none of them may cost a
+    request (docs/operations.md, "Redis restarts")."""
+    redis = RedisServer(tmp_path / "redis", appendonly=True)
+    try:
+        s = await start_server(redis_url=redis.url)
+        everywhere = scope(user_id, task_id="t", session_id="s")
+
+        async def every_call(n: int) -> None:
+            # Concurrent, so that the pools hold several connections each.
+            await asyncio.gather(
+                s.stub.Add(pb.AddRequest(scope=everywhere, tier=WK, key=f"k{n}", content="v")),
+                s.stub.Add(pb.AddRequest(scope=everywhere, tier=ST, content=f"message {n}")),
+                s.stub.Add(pb.AddRequest(scope=everywhere, tier=LT, content=f"Fact number {n}")),
+                s.stub.Retrieve(pb.RetrieveRequest(scope=everywhere, query="fact")),
+                s.stub.Usage(pb.UsageRequest(scope=everywhere)),
+            )
+
+        await every_call(0)
+        await every_call(1)
+        # In a thread, as another process would: the server's loop runs meanwhile.
+        await asyncio.to_thread(redis.restart, keep_data=True)
+
+        await every_call(2)
+        usage = await s.stub.Usage(pb.UsageRequest(scope=everywhere))
+        assert {t.tier: t.count for t in usage.tiers}[WK] == 3
+    finally:
+        redis.stop()
+
+
+async def test_a_dead_pooled_connection_is_retried_for_a_read_never_for_an_append(
+    tmp_path: Path,
+) -> None:
+    """A connection whose close memoryd has not seen yet (here: Redis restarted while the
+    event loop was busy). A read is sent again on a fresh connection; appending a message
+    is not (had the first attempt run, the message would be there twice): the caller gets
+    UNAVAILABLE and may retry."""
+    redis = RedisServer(tmp_path / "redis")
+    store = RedisHotStore(redis.url)
+    session = SessionKey("default", "u", "s")
+
+    def message(n: int) -> SessionMessage:
+        return SessionMessage(id=f"m{n}", content=f"hello {n}", role="user", created_at=0, size=7)
+
+    try:
+        await store.append_message(session, message(1), 10, 10_000, 60)
+        redis.restart(keep_data=False)  # blocks the loop: the close is not seen before use
+        assert await store.list_messages(session) == []
+
+        redis.restart(keep_data=False)
+        with pytest.raises(HotStoreDown):
+            await store.append_message(session, message(2), 10, 10_000, 60)
+        await store.append_message(session, message(2), 10, 10_000, 60)
+        assert [m.id for m in await store.list_messages(session)] == ["m2"]
+    finally:
+        await store.close()
         redis.stop()

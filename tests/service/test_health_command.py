@@ -153,3 +153,9 @@ async def test_as_a_process_it_refuses_a_bad_command_line_with_2() -> None:
     code, _, err = await subprocess_health("--timeout", "soon")
     assert code == 2
     assert "invalid float value" in err
+
+
+async def test_as_a_process_it_refuses_settings_that_cannot_be_used_with_2_in_one_line() -> None:
+    code, out, err = await subprocess_health(MEMORYD_LISTEN="127.0.0.1:99999")
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "(MEMORYD_LISTEN): port 99999 is out of range" in err

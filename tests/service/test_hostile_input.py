@@ -15,6 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2
 
 from conftest import RunningServer, ServerFactory
+from memoryd.core.errors import echo
 from memoryd.core.memory.payload import content_hash, to_payload
 from memoryd.core.models import Kind, MemoryRecord, Scope, Tier
 from memoryd.core.ratelimit_log import EveryFewSeconds
@@ -172,6 +173,42 @@ async def test_an_imported_document_with_a_lone_surrogate_writes_nothing(
     assert await export_items(server, user_id) == []
 
 
+NOT_STRICT_JSON = [
+    '{"price": NaN}',
+    '{"price": Infinity}',
+    '{"prices": [1, -Infinity]}',
+    '{"price": 1e999}',
+    '{"price": {"max": -1e999}}',
+    '{"price": 1' + "0" * 400 + "}",
+]
+
+
+@pytest.mark.parametrize("document", NOT_STRICT_JSON)
+async def test_a_document_other_json_parsers_would_refuse_is_refused(
+    server: RunningServer, user_id: str, document: str
+) -> None:
+    err = await rpc_error(
+        server.stub.Add(pb.AddRequest(scope=scope(user_id), tier=SD, document_json=document))
+    )
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad_request_fields(err) == ["document_json"]
+    item = pb.MemoryItem(
+        id=str(uuid.uuid4()), tier=SD, kind=pb.KIND_DOCUMENT, document_json=document
+    )
+    err = await rpc_error(server.stub.Import(import_stream(user_id, [item])))
+    assert bad_request_fields(err) == ["item.document_json"]
+    assert await export_items(server, user_id) == []
+
+
+async def test_the_largest_and_smallest_finite_numbers_are_accepted(
+    server: RunningServer, user_id: str
+) -> None:
+    document = '{"big": 1.7976931348623157e308, "tiny": -5e-324, "count": 12345678901234567890}'
+    await server.stub.Add(pb.AddRequest(scope=scope(user_id), tier=SD, document_json=document))
+    [item] = await export_items(server, user_id)
+    assert item.document_json == document
+
+
 # --------------------------------------------------------------------------- filter keys
 
 
@@ -182,7 +219,7 @@ async def test_a_filter_key_outside_the_key_alphabet_is_refused(
     retrieve = pb.RetrieveRequest(scope=scope(user_id), tiers=[LT], filters={key: "1"})
     err = await rpc_error(server.stub.Retrieve(retrieve))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert bad_request_fields(err) == [f"filters[{key!r}]"]
+    assert bad_request_fields(err) == [f"filters[{echo(key)!r}]"]
     prune = pb.PruneRequest(
         scope=scope(user_id), tiers=[LT], strategy=pb.PRUNE_STRATEGY_BY_FILTER, filters={key: "1"}
     )
@@ -343,3 +380,64 @@ def test_a_rate_limited_line_counts_what_it_held_back(caplog: pytest.LogCaptureF
         "bad 0",
         "bad 5 (and 4 more like it since the last such line)",
     ]
+
+
+# --------------------------------------------------------------------------- echoes
+
+HUGE_KEY = "k" * 20_000
+
+
+def assert_bounded_invalid_argument(err: grpc.aio.AioRpcError, field: str) -> None:
+    """INVALID_ARGUMENT naming the field, the client's text quoted cut short (`echo`), so
+    that the error fits the trailing metadata it travels in."""
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad_request_fields(err) == [f"{field}[{echo(HUGE_KEY)!r}]"]
+    assert len(err.details() or "") < 1024
+
+
+async def test_an_add_with_a_huge_metadata_key_names_the_field_without_echoing_it(
+    server: RunningServer, user_id: str
+) -> None:
+    add = pb.AddRequest(scope=scope(user_id), tier=LT, content="c", metadata={HUGE_KEY: "v"})
+    assert_bounded_invalid_argument(await rpc_error(server.stub.Add(add)), "metadata")
+    assert await export_items(server, user_id) == []
+
+
+async def test_a_metadata_value_over_its_limit_is_refused_by_its_key(
+    server: RunningServer, user_id: str
+) -> None:
+    add = pb.AddRequest(scope=scope(user_id), tier=LT, content="c", metadata={"k": "v" * 20_000})
+    err = await rpc_error(server.stub.Add(add))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad_request_fields(err) == ["metadata['k']"]
+    assert "over 1024 bytes" in (err.details() or "")
+
+
+async def test_retrieve_and_prune_with_a_huge_filter_key_name_the_field_without_echoing_it(
+    server: RunningServer, user_id: str
+) -> None:
+    retrieve = pb.RetrieveRequest(scope=scope(user_id), tiers=[LT], filters={HUGE_KEY: "1"})
+    assert_bounded_invalid_argument(await rpc_error(server.stub.Retrieve(retrieve)), "filters")
+    prune = pb.PruneRequest(
+        scope=scope(user_id),
+        tiers=[LT],
+        strategy=pb.PRUNE_STRATEGY_BY_FILTER,
+        filters={HUGE_KEY: "1"},
+    )
+    assert_bounded_invalid_argument(await rpc_error(server.stub.Prune(prune)), "filters")
+
+
+async def test_a_batch_item_with_a_3_mb_metadata_key_fails_alone_in_a_small_answer(
+    server: RunningServer, user_id: str
+) -> None:
+    good = pb.AddRequest(scope=scope(user_id), tier=LT, content="User likes tea")
+    huge = "k" * 3_000_000
+    bad = pb.AddRequest(scope=scope(user_id), tier=LT, content="c", metadata={huge: "v"})
+    reply = await server.stub.AddBatch(pb.AddBatchRequest(items=[good, bad]))
+    assert (reply.succeeded_count, reply.failed_count) == (1, 1)
+    assert reply.results[0].memory_id  # stored, and said so: a retry would duplicate it
+    error = reply.results[1].error
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert error.field == f"metadata[{echo(huge)!r}]"
+    assert reply.ByteSize() < 2048
+    assert [i.content for i in await export_items(server, user_id)] == ["User likes tea"]

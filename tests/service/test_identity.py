@@ -198,6 +198,39 @@ async def test_roles_reader_agent_admin_have_their_grants(
     assert await contents(admin, "dave") == ["alice likes tea"]
 
 
+async def test_pruning_every_tier_or_an_archive_is_an_audited_erasure_for_admins_only(
+    keyed: RunningServer, keys_file: Path, tmp_path: Path
+) -> None:
+    agent = Caller(keyed.channel, new_key(keys_file, "acme", "agent"))
+    admin_token = new_key(keys_file, "acme", "admin")
+    admin = Caller(keyed.channel, admin_token)
+    await agent.Add(add(scope("erin"), "erin likes tea"))
+    everywhere = scope("erin", agent_id="a", task_id="t", session_id="s")
+    every_tier = [t for t in pb.Tier.values() if t != pb.TIER_UNSPECIFIED]
+    erase_every_tier = pb.PruneRequest(
+        scope=everywhere, tiers=every_tier, strategy=pb.PRUNE_STRATEGY_ALL
+    )
+    erase_long_term_and_its_archive = pb.PruneRequest(
+        scope=everywhere, tiers=[LT], strategy=pb.PRUNE_STRATEGY_ALL
+    )
+    for prune_all in (erase_every_tier, erase_long_term_and_its_archive):
+        err = await rpc_error(agent.Prune(prune_all))
+        assert (err.code(), error_info(err).metadata["action"]) == (DENIED, "erase")
+    assert await contents(agent, "erin") == ["erin likes tea"]
+
+    assert (await admin.Prune(erase_every_tier)).deleted_count == 1
+    assert await contents(admin, "erin") == []
+    text = (tmp_path / "data" / "audit" / "access.jsonl").read_text()
+    *refusals, erased = [json.loads(x) for x in text.splitlines()]
+    assert [r["reason"] for r in refusals] == ["ROLE_NOT_GRANTED"] * 2
+    assert (erased["event"], erased["action"], erased["key_id"]) == (
+        "admin_operation",
+        "erase",
+        admin_token.split("_")[1],
+    )
+    assert (erased["user_id"], erased["outcome"]) == ("erin", "OK")
+
+
 async def test_an_admin_import_lands_in_its_own_tenant_only(
     keyed: RunningServer, keys_file: Path
 ) -> None:

@@ -411,3 +411,33 @@ async def test_a_redis_outage_shows_in_health_and_metrics_and_both_recover(
         await s.stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_WORKING, key="k", content="v"))
     finally:
         redis.stop()
+
+
+async def test_storage_bytes_follow_writes_and_removals_between_surveys(
+    start_server: ServerFactory,
+) -> None:
+    # No maintenance loop: the only survey is the one this test runs, at the start.
+    s = await start_server(retention={"maintenance_interval_seconds": 0})
+    await s.app.maintenance.survey()
+    sc = scope("u-storage")
+    facts = ("likes jazz", "owns a red bicycle", "reads Borges on Sundays")
+    ids = []
+    for text in facts:
+        reply = await s.stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_LONG_TERM, content=text))
+        ids.append(reply.memory_id)
+    batch = [pb.AddRequest(scope=sc, tier=pb.TIER_LONG_TERM, content="speaks Basque")]
+    await s.stub.AddBatch(pb.AddBatchRequest(items=batch))
+    held = sum(len(t) for t in facts) + len("speaks Basque")
+    m = await metrics_of(s)
+    assert m.value("memory_storage_bytes", memory_type="long_term") == held
+
+    await s.stub.Delete(pb.DeleteRequest(scope=sc, tier=pb.TIER_LONG_TERM, ids=ids[:1]))
+    held -= len(facts[0])
+    m = await metrics_of(s)
+    assert m.value("memory_storage_bytes", memory_type="long_term") == held
+
+    # Maintenance purges the deleted one (counted once) and the next survey agrees.
+    await s.app.maintenance.run_once()
+    assert (await metrics_of(s)).value("memory_storage_bytes", memory_type="long_term") == held
+    await s.app.maintenance.survey()
+    assert (await metrics_of(s)).value("memory_storage_bytes", memory_type="long_term") == held

@@ -1,17 +1,22 @@
-"""What an operator meets: a backup that goes on past a user it cannot back up, and
-client output piped into a reader that stops early."""
+"""What an operator meets: a start-up refused in one line naming the setting, a backup
+that goes on past a user it cannot back up, and client output piped into a reader that
+stops early."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import subprocess
 import sys
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import ServerFactory
+from grants import new_key
 from memoryd.cli.backup import backup
 from memoryd.cli.main import main
 from memoryd.core.memory.payload import content_hash, to_payload
@@ -89,3 +94,102 @@ async def test_output_piped_into_a_reader_that_stops_early_ends_quietly(
     _, stderr = await proc.communicate()
     assert proc.returncode == 0
     assert stderr.decode() == ""
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port another program listens on."""
+    with socket.create_server(("127.0.0.1", 0)) as other:
+        yield other.getsockname()[1]
+
+
+def serve_env(**variables: str) -> dict[str, str]:
+    """`memoryd serve`'s environment: this checkout's code, no MEMORYD_* of the caller's."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("MEMORYD_")}
+    root = SERVICE_DIR.parent
+    env["PYTHONPATH"] = os.pathsep.join(str(root / d) for d in ("service", "clients/python"))
+    return {**env, "MEMORYD_LISTEN": "127.0.0.1:0", **variables}
+
+
+Case = Callable[[Path, int], dict[str, str]]
+# Each: the variables of a start that must be refused, and what its one line must name.
+REFUSED_STARTS: dict[str, tuple[Case, tuple[str, ...]]] = {
+    "a negative limit": (
+        lambda tmp, port: {"MEMORYD_LIMITS__MAX_CONTENT_BYTES": "-5"},
+        ("MEMORYD_LIMITS__MAX_CONTENT_BYTES",),
+    ),
+    "an unknown log level": (
+        lambda tmp, port: {"MEMORYD_LOG_LEVEL": "LOUD"},
+        ("MEMORYD_LOG_LEVEL",),
+    ),
+    "an unknown quota profile": (
+        lambda tmp, port: {"MEMORYD_QUOTAS__DEFAULT_PROFILE": "gold"},
+        ("MEMORYD_QUOTAS__DEFAULT_PROFILE", "gold"),
+    ),
+    "user profiles that are not JSON": (
+        lambda tmp, port: {"MEMORYD_QUOTAS__USER_PROFILES": "acme/alice=pro"},
+        ("MEMORYD_QUOTAS__USER_PROFILES",),
+    ),
+    "a data directory that cannot be written": (
+        lambda tmp, port: {"MEMORYD_DATA_DIR": str(tmp / "a-file" / "data")},
+        ("MEMORYD_DATA_DIR",),
+    ),
+    "a redis url that is none": (
+        lambda tmp, port: {"MEMORYD_REDIS_URL": "garbage"},
+        ("MEMORYD_REDIS_URL",),
+    ),
+    "a metrics address that is none": (
+        lambda tmp, port: {"MEMORYD_METRICS__LISTEN": "garbage"},
+        ("MEMORYD_METRICS__LISTEN",),
+    ),
+    "a metrics port in use": (
+        lambda tmp, port: {"MEMORYD_METRICS__LISTEN": f"127.0.0.1:{port}"},
+        ("MEMORYD_METRICS__LISTEN", "port {port} is in use"),
+    ),
+    "a listen address that is none, with keys": (
+        lambda tmp, port: {"MEMORYD_LISTEN": "garbage", "MEMORYD_AUTH__KEYS_FILE": str(tmp / "k")},
+        ("MEMORYD_LISTEN",),
+    ),
+    "a port past 65535": (
+        lambda tmp, port: {"MEMORYD_LISTEN": "127.0.0.1:99999"},
+        ("MEMORYD_LISTEN", "99999"),
+    ),
+    "a negative port": (
+        lambda tmp, port: {"MEMORYD_LISTEN": "127.0.0.1:-1"},
+        ("MEMORYD_LISTEN", "-1"),
+    ),
+    "a misspelt variable": (
+        lambda tmp, port: {"MEMORYD_LISEN": "127.0.0.1:1"},
+        ("MEMORYD_LISEN", "did you mean MEMORYD_LISTEN?"),
+    ),
+    "a misspelt key in the config file": (
+        lambda tmp, port: {"MEMORYD_CONFIG": str(tmp / "misspelt.toml")},
+        ("working.max_entrie", "did you mean working.max_entries?"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED_STARTS)
+def test_a_start_up_that_cannot_work_is_refused_in_one_line_naming_the_setting(
+    case: str, tmp_path: Path, busy_port: int
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "misspelt.toml").write_text("[working]\nmax_entrie = 5\n")
+    new_key(tmp_path / "k", "acme", "admin")
+    variables, named = REFUSED_STARTS[case]
+    env = serve_env(
+        **{"MEMORYD_DATA_DIR": str(tmp_path / "data"), **variables(tmp_path, busy_port)}
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "memoryd", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1, done.stderr
+    assert "start-up refused" in lines[0]
+    for name in named:
+        assert name.format(port=busy_port) in lines[0]

@@ -208,3 +208,54 @@ async def test_with_auth_off_nothing_is_rate_limited_even_on_the_free_profile(
     task = scope(user, agent_id="a", task_id="t")
     for n in range(61):  # the free profile would allow 60 writes a minute
         await s.stub.Add(pb.AddRequest(scope=task, tier=WK, key=f"k{n}", content="v"))
+
+
+def batch(user: str, *contents: str) -> pb.AddBatchRequest:
+    return pb.AddBatchRequest(
+        items=[pb.AddRequest(scope=scope(user), tier=LT, content=c) for c in contents]
+    )
+
+
+async def test_each_item_of_an_add_batch_is_one_write_against_its_user_s_rate(
+    start_server: ServerFactory, clock: MovableClock, keys_file: Path, buckets: dict[str, Any]
+) -> None:
+    s = await limited_server(start_server, clock, keys_file, buckets)
+    alice, bob = (f"u-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    admin = Caller(s.channel, new_key(keys_file, "acme", "admin", profile="tight"))
+
+    stored = await admin.AddBatch(batch(alice, "alice walks", "alice runs"))
+    assert stored.succeeded_count == 2
+    err = await rpc_error(admin.Add(pb.AddRequest(scope=scope(alice), tier=LT, content="more")))
+    assert error_info(err).reason == "RATE_LIMITED"  # the batch spent alice's 2 writes
+
+    clock.advance(30.0)  # one write back: too few for two items, so neither is stored
+    err = await rpc_error(admin.AddBatch(batch(alice, "alice swims", "alice rows")))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error_info(err).reason == "RATE_LIMITED"
+    assert retry_delay_s(err) == pytest.approx(30.0)
+    usage = await admin.Usage(pb.UsageRequest(scope=scope(alice)))
+    assert {t.tier: t.count for t in usage.tiers}[LT] == 2
+
+    # Bob's bucket is his own; more items than the bucket ever holds cannot wait for it.
+    err = await rpc_error(admin.AddBatch(batch(bob, "one", "two", "three")))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error_info(err).reason == "QUOTA_EXCEEDED"
+    assert "max: 2 writes per minute" in quota_failure(err).violations[0].description
+    assert (await admin.AddBatch(batch(bob, "bob reads"))).succeeded_count == 1
+
+
+async def test_an_add_batch_forgets_its_users_cached_answers(
+    start_server: ServerFactory, clock: MovableClock, keys_file: Path
+) -> None:
+    s = await limited_server(start_server, clock, keys_file, {})
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    alice = Caller(s.channel, new_key(keys_file, "acme", "agent", (user,), profile="tight"))
+    await alice.Add(pb.AddRequest(scope=scope(user), tier=LT, content="Alice's old plan"))
+    first = await alice.Retrieve(retrieve(user, "plan"))
+    assert [i.content for i in first.items] == ["Alice's old plan"]
+
+    await alice.AddBatch(batch(user, "Alice's new plan"))
+    for _ in range(2):
+        await alice.Retrieve(retrieve(user, "anything"))
+    past = await alice.Retrieve(retrieve(user, "plan"))
+    assert past.rate_limited and list(past.items) == []  # not the answer from before the batch

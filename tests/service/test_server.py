@@ -15,7 +15,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from conftest import RunningServer, ServerFactory
+from memoryd.app import StartupRefused, build_app
+from memoryd.settings import Settings
+from memoryd.stores.embeddings.port import Embedder
 from memoryd.transport.health import LIVENESS_NAME
+from memoryd.transport.server import MemorydServer
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
 from redis_server import RedisServer, free_port
@@ -23,6 +27,7 @@ from rpc import rpc_error, scope
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def health_of(channel: grpc.aio.Channel, service: str = "") -> int:
@@ -141,3 +146,61 @@ def _wait_serving(port: int, proc: subprocess.Popen[str]) -> bool:
 
 def test_the_stub_module_exposes_the_service() -> None:
     assert hasattr(memory_pb2_grpc, "MemoryServiceStub")
+
+
+async def every_call_lands_on(s: RunningServer, port: int, user_id: str, calls: int) -> None:
+    """Each call on a connection of its own (where a second listener would take half)."""
+    sc = scope(user_id, agent_id="a", task_id="t")
+    for n in range(calls):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            add = pb.AddRequest(scope=sc, tier=pb.TIER_WORKING, key=f"k{n}", content=f"v{n}")
+            await memory_pb2_grpc.MemoryServiceStub(channel).Add(add)
+    listed = await s.stub.Retrieve(pb.RetrieveRequest(scope=sc, tiers=[pb.TIER_WORKING]))
+    assert listed.total_count == calls
+
+
+async def test_a_second_server_on_a_busy_port_is_refused(
+    start_server: ServerFactory, tmp_path: Path, embedder: Embedder, user_id: str
+) -> None:
+    """grpc binds with SO_REUSEPORT unless told not to: the second server would start and
+    take half of the new connections."""
+    first = await start_server()
+    settings = Settings.explicit(
+        listen=f"127.0.0.1:{first.port}",
+        data_dir=tmp_path / "second",
+        metrics={"listen": "127.0.0.1:0"},
+    )
+    second = MemorydServer(settings, await build_app(settings, embedder=embedder))
+    try:
+        with pytest.raises(StartupRefused) as refused:
+            await second.start()
+    finally:
+        await second.stop(grace_s=0)
+    assert str(refused.value).startswith(f"port {first.port} is in use (MEMORYD_LISTEN=")
+    await every_call_lands_on(first, first.port, user_id, calls=12)
+
+
+async def test_memoryd_serve_on_a_busy_port_exits_2_in_one_line(
+    start_server: ServerFactory, tmp_path: Path, user_id: str
+) -> None:
+    first = await start_server()
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("MEMORYD_")}
+    env["PYTHONPATH"] = os.pathsep.join(str(ROOT / d) for d in ("service", "clients/python"))
+    env["MEMORYD_LISTEN"] = f"127.0.0.1:{first.port}"
+    env["MEMORYD_DATA_DIR"] = str(tmp_path / "second")  # another data directory
+    env["MEMORYD_METRICS__LISTEN"] = "127.0.0.1:0"
+    second = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "memoryd",
+        "serve",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(second.communicate(), timeout=120)
+    lines = stderr.decode().splitlines()
+    assert second.returncode == 2
+    assert len(lines) == 1, lines
+    assert f"port {first.port} is in use (MEMORYD_LISTEN=127.0.0.1:{first.port})" in lines[0]
+    await every_call_lands_on(first, first.port, user_id, calls=12)

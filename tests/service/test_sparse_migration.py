@@ -59,7 +59,7 @@ async def test_legacy_store_is_refused_then_reindexed_and_found_by_keyword(
     await first.server.stop(grace_s=0)
     make_legacy(data / "vectors", embedder.dim)
 
-    settings = Settings(data_dir=data, retrieval={"mode": "keyword"})
+    settings = Settings.explicit(data_dir=data, retrieval={"mode": "keyword"})
     with pytest.raises(StartupRefused) as refused:
         await build_app(settings, embedder=embedder)
     message = str(refused.value)

@@ -2,7 +2,8 @@
 
 3 tenants x 10 users, the same user ids in every tenant, each user with a key bound to it
 (plus, per tenant, a reader bound to two users and an admin). At least 10,000 calls over
-every RPC, on Redis (hot tiers, rate buckets) and each vector adapter:
+every RPC (ListUsers and ListMemories included), on Redis (hot tiers, rate buckets) and
+each vector adapter:
 
 * every memory written carries its owner in its text (`[tenant/user]`), so every item any
   answer carries (Retrieve, Get, Export, the RenderContext text) is checked to be the
@@ -180,6 +181,7 @@ def any_request(user: str, rng: random.Random) -> tuple[str, Any]:
         ("RenderContext", pb.RenderContextRequest(scope=sc, query="tea")),
         ("EndSession", pb.EndSessionRequest(scope=sc)),
         ("Export", pb.ExportRequest(scope=sc)),
+        ("ListMemories", pb.ListMemoriesRequest(scope=sc)),
     ]
     return rng.choice(choices)
 
@@ -257,8 +259,11 @@ async def own_step(w: World, owner: Owner, rng: random.Random) -> None:
         messages = await w.ok("Export", drain(me.Export(pb.ExportRequest(scope=sc, tiers=tiers))))
         assert messages[0].header.user_id == owner[1]
         w.owned(owner, [m.item for m in messages if m.WhichOneof("payload") == "item"])
-    elif pick < 0.84:
+    elif pick < 0.82:
         await w.ok("Usage", me.Usage(pb.UsageRequest(scope=sc)))
+    elif pick < 0.84:
+        request_ = pb.ListMemoriesRequest(scope=scope(owner[1]), page_size=20)
+        w.owned(owner, (await w.ok("ListMemories", me.ListMemories(request_))).items)
     elif pick < 0.90:
         request = pb.RenderContextRequest(scope=sc, query=rng.choice(QUERIES), min_score=0.0)
         w.owned_text(owner, (await w.ok("RenderContext", me.RenderContext(request))).context)
@@ -285,8 +290,10 @@ async def attack_step(w: World, tenant: str, users: list[str], rng: random.Rando
         victim = rng.choice([u for u in w.users if u != owner[1]])
         rpc, request = any_request(victim, rng)
         await w.refused(rpc, call_rpc(me, rpc, request), DENIED)
-    elif pick < 0.70:  # an agent erasing or importing, even itself
-        if rng.random() < 0.5:
+    elif pick < 0.70:  # an agent erasing, importing or listing the tenant's users
+        if rng.random() < 0.2:
+            await w.refused("ListUsers", me.ListUsers(pb.ListUsersRequest()), DENIED)
+        elif rng.random() < 0.5:
             erase = pb.PruneRequest(scope=scope(owner[1]), strategy=pb.PRUNE_STRATEGY_ALL)
             await w.refused("Prune", me.Prune(erase), DENIED)
         else:
@@ -298,7 +305,10 @@ async def attack_step(w: World, tenant: str, users: list[str], rng: random.Rando
     elif pick < 0.85:  # the reader: reads its users, writes nothing, nobody else
         reader, bound = w.readers[tenant]
         user = rng.choice(bound)
-        if rng.random() < 0.4:
+        if rng.random() < 0.1:  # it lists its own users, nobody else, in its tenant only
+            listed = await w.ok("ListUsers", reader.ListUsers(pb.ListUsersRequest()))
+            assert {u.user_id for u in listed.users} <= set(bound)
+        elif rng.random() < 0.4:
             reply = await w.ok(
                 "Retrieve",
                 reader.Retrieve(pb.RetrieveRequest(scope=scope(user), query="tea", min_score=0.0)),
@@ -340,6 +350,12 @@ async def admin_step(w: World, tenant: str, users: list[str], rng: random.Random
         assert reply.imported_count == 1
         w.ids[owner].extend(i.id for i in items)
         w.tally.imports += 1
+    elif rng.random() < 0.3:  # list the tenant's users: each one's memories are its own
+        listed = await w.ok("ListUsers", admin.ListUsers(pb.ListUsersRequest(page_size=200)))
+        for user in listed.users:
+            assert user.user_id in w.users
+            page = pb.ListMemoriesRequest(scope=scope(user.user_id), page_size=5)
+            w.owned((tenant, user.user_id), (await admin.ListMemories(page)).items)
     else:  # erase the user; nothing of it is left in this tenant
         erase = pb.PruneRequest(scope=scope(owner[1]), strategy=pb.PRUNE_STRATEGY_ALL)
         await w.ok("Prune", admin.Prune(erase))

@@ -105,12 +105,12 @@ async def test_a_tier_found_empty_is_not_looked_up_again_until_the_users_next_wr
 async def test_tracing_is_off_by_default(start_server: ServerFactory) -> None:
     s = await start_server()
     assert s.app.telemetry.tracer_provider is None
-    assert Settings().tracing.enabled is False
+    assert Settings.explicit().tracing.enabled is False
 
 
 async def test_tracing_on_builds_an_exporting_provider() -> None:
     telemetry = Telemetry.from_settings(
-        Settings(tracing=TracingSettings(enabled=True, exporter="console"))
+        Settings.explicit(tracing=TracingSettings(enabled=True, exporter="console"))
     )
     assert telemetry.tracer_provider is not None
     await telemetry.close()

@@ -221,3 +221,43 @@ async def test_a_redis_stream_that_lost_its_group_carries_on(tmp_path: Path, los
     assert await queue.pending() == 0
     await client.aclose()
     redis.stop()
+
+
+async def test_compact_keeps_every_pending_entry_taken_or_not(open_queue: Opener) -> None:
+    queue = await open_queue()
+    for n in range(4):
+        await queue.put({"n": n})
+    taken = await queue.take(2, wait_s=0.1)
+    await queue.ack([taken[0].id])  # n=0 done, n=1 taken, n=2..3 waiting
+
+    await queue.compact()
+    await queue.put({"n": 4})  # and the queue goes on after it
+
+    assert await queue.pending() == 4
+    await queue.close()
+    reopened = await open_queue()
+    seen: list[int] = []
+    while batch := await reopened.take(10, wait_s=0.1):
+        seen += [e.body["n"] for e in batch]
+        await reopened.ack([e.id for e in batch])
+    assert sorted(seen) == [1, 2, 3, 4]
+
+
+async def test_the_journal_keeps_no_acked_entry_on_disk(tmp_path: Path) -> None:
+    """What an erasure relies on: an acked message's text leaves the journal file, when
+    everything is acked and, with other entries still pending, on `compact`."""
+    queue = FileQueue(tmp_path)
+    journal = tmp_path / "messages.jsonl"
+    await queue.put({"text": "first secret"})
+    await queue.ack([e.id for e in await queue.take(10, wait_s=0.05)])
+    assert journal.read_bytes() == b""
+
+    await queue.put({"text": "second secret"})
+    await queue.put({"text": "still pending"})
+    [done, _] = await queue.take(10, wait_s=0.05)
+    await queue.ack([done.id])
+    assert b"second secret" in journal.read_bytes()
+    await queue.compact()
+    assert b"second secret" not in journal.read_bytes()
+    assert b"still pending" in journal.read_bytes()
+    await queue.close()

@@ -29,7 +29,7 @@ async def make_app(tmp_path: Path, clock: MovableClock) -> AsyncIterator[AppFact
     async def make(**overrides: Any) -> App:
         values: dict[str, Any] = {"data_dir": tmp_path / f"data{len(apps)}"}
         values.update(overrides)
-        app = await build_app(Settings(**values), clock=clock, embedder=HashEmbedder())
+        app = await build_app(Settings.explicit(**values), clock=clock, embedder=HashEmbedder())
         apps.append(app)
         return app
 

@@ -28,9 +28,9 @@ def principal(role: str, users: tuple[str, ...] = ()) -> Principal:
 @pytest.mark.parametrize(
     ("role", "allowed"),
     [
-        ("reader", {Action.READ}),
+        ("reader", {Action.READ, Action.LIST}),
         ("agent", {Action.READ, Action.WRITE}),
-        ("admin", {Action.READ, Action.WRITE, Action.ERASE, Action.RESTORE}),
+        ("admin", {Action.READ, Action.WRITE, Action.LIST, Action.ERASE, Action.RESTORE}),
     ],
 )
 def test_each_role_has_exactly_its_grants(role: str, allowed: set[Action]) -> None:
@@ -95,12 +95,18 @@ def test_every_rpc_of_the_service_has_an_action() -> None:
     assert {m.name for m in service.methods} <= set(ACTIONS)
 
 
-def test_prune_all_with_no_tier_is_an_erasure_and_with_tiers_a_write() -> None:
-    erase = pb.PruneRequest(strategy=pb.PRUNE_STRATEGY_ALL)
-    task_end = pb.PruneRequest(strategy=pb.PRUNE_STRATEGY_ALL, tiers=[pb.TIER_WORKING])
-    oldest = pb.PruneRequest(strategy=pb.PRUNE_STRATEGY_OLDEST_PERCENT)
-    assert action_of("Prune", erase) is Action.ERASE
-    assert action_of("Prune", task_end) is Action.WRITE
+def test_prune_all_erases_with_no_tier_or_on_an_archived_tier_and_else_writes() -> None:
+    def prune_all(*tiers: pb.Tier.ValueType) -> pb.PruneRequest:
+        return pb.PruneRequest(strategy=pb.PRUNE_STRATEGY_ALL, tiers=tiers)
+
+    every_tier = [t for t in pb.Tier.values() if t != pb.TIER_UNSPECIFIED]
+    assert action_of("Prune", prune_all()) is Action.ERASE
+    assert action_of("Prune", prune_all(*every_tier)) is Action.ERASE
+    for archived in (pb.TIER_LONG_TERM, pb.TIER_EPISODIC, pb.TIER_STRUCTURED):
+        assert action_of("Prune", prune_all(pb.TIER_WORKING, archived)) is Action.ERASE
+    assert action_of("Prune", prune_all(pb.TIER_WORKING)) is Action.WRITE  # a task ends
+    assert action_of("Prune", prune_all(pb.TIER_SHORT_TERM, pb.TIER_PERSONA)) is Action.WRITE
+    oldest = pb.PruneRequest(strategy=pb.PRUNE_STRATEGY_OLDEST_PERCENT, tiers=every_tier)
     assert action_of("Prune", oldest) is Action.WRITE
     assert action_of("Import", None) is Action.RESTORE
     assert action_of("SomethingNew", None) is None

@@ -55,7 +55,7 @@ def test_every_embedder_provider_the_settings_accept_has_an_adapter() -> None:
 def test_the_settings_choose_the_adapters(
     overrides: dict[str, Any], hot_name: str, queue_name: str, vector_name: str, embedder_name: str
 ) -> None:
-    settings = Settings(**overrides)
+    settings = Settings.explicit(**overrides)
 
     assert hot.adapter_name(settings) == hot_name
     assert queue.adapter_name(settings) == queue_name
@@ -76,7 +76,7 @@ def test_the_settings_choose_the_adapters(
 async def test_the_embedded_factories_open_their_adapter_under_the_data_dir(
     tmp_path: Path,
 ) -> None:
-    settings = Settings(data_dir=tmp_path)
+    settings = Settings.explicit(data_dir=tmp_path)
 
     store = hot.ADAPTERS["in_process"](settings)
     journal = queue.ADAPTERS["file"](settings)
@@ -91,7 +91,7 @@ async def test_the_embedded_factories_open_their_adapter_under_the_data_dir(
 
 
 def test_redis_adapters_refuse_settings_without_a_url(tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path)
+    settings = Settings.explicit(data_dir=tmp_path)
 
     with pytest.raises(ValueError, match="redis_url"):
         hot.ADAPTERS["redis"](settings)

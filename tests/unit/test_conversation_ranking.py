@@ -9,12 +9,13 @@ import pytest
 
 from memoryd.core.retrieval.conversation import (
     Scored,
-    bm25_binary,
+    bm25_of,
     conversation_lift,
     fuse,
     named_speakers,
     spread,
 )
+from memoryd.core.retrieval.mmr import Candidate, diversify
 
 
 def _m(name: str, cosine: float = 0.0, bm25: float = 0.0, **kw: object) -> Scored:
@@ -46,11 +47,11 @@ def test_a_flat_signal_adds_nothing_and_late_members_are_scored_on_the_pool_rang
 
 
 def test_bm25_of_a_short_text_saturates_with_length() -> None:
-    idf = {1: 2.0, 2: 1.0}
-    short = bm25_binary(idf, {1, 2, 3}, k1=1.2, b=0.75, avg_len=40)
-    long = bm25_binary(idf, {1, 2, *range(10, 90)}, k1=1.2, b=0.75, avg_len=40)
+    matched = 3.0  # the summed IDF of the query terms the text holds
+    short = bm25_of(matched, 3, k1=1.2, b=0.75, avg_len=40)
+    long = bm25_of(matched, 82, k1=1.2, b=0.75, avg_len=40)
     assert short > long > 0
-    assert bm25_binary(idf, {7}, k1=1.2, b=0.75, avg_len=40) == 0.0
+    assert bm25_of(0.0, 1, k1=1.2, b=0.75, avg_len=40) == 0.0
 
 
 def test_a_speaker_is_named_by_every_word_of_the_name_in_any_case() -> None:
@@ -102,26 +103,38 @@ def _unit(*xs: float) -> np.ndarray[Any, np.dtype[np.float32]]:
     return v / np.linalg.norm(v)
 
 
-def test_mmr_takes_the_best_then_whatever_adds_most_beside_what_it_took() -> None:
-    from memoryd.core.memory.vector_memory import _Candidate, diversify
+def _picked(pool: list[Candidate], top_k: int, penalty: float) -> list[str]:
+    return [pool[i].id for i, _ in diversify(pool, top_k, penalty)]
 
-    best = _Candidate("best", 1.0, _unit(1, 0, 0))
-    repeat = _Candidate("repeat", 0.95, _unit(1, 0.05, 0))  # near-repeat of "best"
-    other = _Candidate("other", 0.8, _unit(0, 1, 0))
-    third = _Candidate("third", 0.7, _unit(0, 0, 1))
+
+def test_mmr_takes_the_best_then_whatever_adds_most_beside_what_it_took() -> None:
+    best = Candidate("best", 1.0, _unit(1, 0, 0))
+    repeat = Candidate("repeat", 0.95, _unit(1, 0.05, 0))  # near-repeat of "best"
+    other = Candidate("other", 0.8, _unit(0, 1, 0))
+    third = Candidate("third", 0.7, _unit(0, 0, 1))
     pool = [best, repeat, other, third]
-    assert diversify(pool, 3, penalty=0.3) == ["best", "other", "third"]
-    assert diversify(pool, 4, penalty=0.3) == ["best", "other", "third", "repeat"]
-    assert diversify(pool, 2, penalty=0.0) == ["best", "repeat"]  # no penalty: by score
-    assert diversify([third], 5, penalty=0.3) == ["third"]
+    assert _picked(pool, 3, penalty=0.3) == ["best", "other", "third"]
+    assert _picked(pool, 4, penalty=0.3) == ["best", "other", "third", "repeat"]
+    assert _picked(pool, 2, penalty=0.0) == ["best", "repeat"]  # no penalty: by score
+    assert _picked([third], 5, penalty=0.3) == ["third"]
+
+
+def test_mmr_reports_what_a_picks_likeness_to_earlier_picks_took_off_it() -> None:
+    best = Candidate("best", 1.0, _unit(1, 0, 0))
+    repeat = Candidate("repeat", 0.95, _unit(1, 0.05, 0))
+    other = Candidate("other", 0.8, _unit(0, 1, 0))
+    taken = diversify([best, repeat, other], 3, penalty=0.3)
+    penalties = {[best, repeat, other][i].id: p for i, p in taken}
+    assert penalties["best"] == 0.0  # the first pick is like nothing taken
+    assert penalties["other"] == pytest.approx(0.0, abs=1e-9)  # orthogonal to "best"
+    assert penalties["repeat"] == pytest.approx(0.3 * float(_unit(1, 0, 0) @ _unit(1, 0.05, 0)))
+    assert diversify([best, repeat], 2, penalty=0.0) == [(0, 0.0), (1, 0.0)]
 
 
 def test_mmr_never_counts_a_turn_of_a_conversation_as_a_repeat_of_another() -> None:
-    from memoryd.core.memory.vector_memory import _Candidate, diversify
-
     # Two turns on one topic (each said once, both needed), then a fact repeating the first.
-    said = _Candidate("said", 1.0, _unit(1, 0, 0), said=True)
-    reply = _Candidate("reply", 0.95, _unit(1, 0.05, 0), said=True)
-    fact = _Candidate("fact", 0.9, _unit(1, 0.02, 0))
-    other = _Candidate("other", 0.8, _unit(0, 1, 0))
-    assert diversify([said, reply, fact, other], 3, penalty=0.3) == ["said", "reply", "other"]
+    said = Candidate("said", 1.0, _unit(1, 0, 0), said=True)
+    reply = Candidate("reply", 0.95, _unit(1, 0.05, 0), said=True)
+    fact = Candidate("fact", 0.9, _unit(1, 0.02, 0))
+    other = Candidate("other", 0.8, _unit(0, 1, 0))
+    assert _picked([said, reply, fact, other], 3, penalty=0.3) == ["said", "reply", "other"]

@@ -106,6 +106,36 @@ def test_claim_names_are_configurable_and_a_list_binds_several_users() -> None:
     )
 
 
+def test_a_list_in_sub_binds_several_users_as_the_docs_allow() -> None:
+    token = jwt.encode(claims(sub=["alice", "bob"]), SECRET, algorithm="HS256")
+    who = hs_verifier().verify(token)
+    assert who.users == frozenset({"alice", "bob"}) and who.subject == "jwt:alice,bob"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"tenant": ["acme", "globex"]},
+        {"tenant": {"name": "acme"}},
+        {"tenant": 7},
+        {"role": ["admin"]},
+        {"plan": ["free"]},
+        {"sub": []},
+        {"sub": ["alice", 7]},
+        {"sub": {"id": "alice"}},
+    ],
+)
+def test_a_claim_of_the_wrong_shape_is_refused_never_turned_into_a_name(
+    bad: dict[str, Any],
+) -> None:
+    verifier = hs_verifier(profile_claim="plan")
+    err = refused(
+        verifier, jwt.encode(claims(**{"plan": "free", **bad}), SECRET, algorithm="HS256")
+    )
+    [claim] = bad
+    assert err.reason == "CREDENTIAL_INVALID" and repr(claim) in err.detail
+
+
 def test_an_admin_token_acts_for_every_user_of_its_tenant() -> None:
     who = hs_verifier().verify(jwt.encode(claims(role="admin"), SECRET, algorithm="HS256"))
     assert who.role is AccessRole.ADMIN and who.users == frozenset()

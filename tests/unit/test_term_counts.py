@@ -1,58 +1,90 @@
-"""The per-user BM25 counts kept between queries (core/memory/term_counts.py): a repeated
-query counts nothing in the store, and what is kept is always what the store would count
-now, across every way memories come and go."""
+"""What the core derives from a user's points and keeps (core/memory/derived.py,
+term_counts.py): a repeated query counts nothing in the store, and what is kept ranks
+exactly as what a restarted server counts afresh, across every way memories come and go.
+Store calls are seen as the spans a traced server records."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from clock import MovableClock
-from memoryd.app import App
-from memoryd.core.memory import term_counts
-from memoryd.core.memory.term_counts import Counts, TermCounts, key_of, live_condition
-from memoryd.core.memory.vector_memory import VectorMemory
+from memoryd.app import App, build_app
+from memoryd.core.memory.derived import DerivedCache
+from memoryd.core.memory.term_counts import key_of, live_condition
 from memoryd.core.models import (
     AddCommand,
     Lookup,
+    MemoryRecord,
     PruneCommand,
     PruneStrategy,
     RetrieveQuery,
     Scope,
     Tier,
 )
-from memoryd.stores.vectors.port import TERMS_FIELD, Filter, MatchValue
-from unit.unit_kit import AppFactory
+from memoryd.settings import Settings
+from memoryd.stores.vectors.port import Filter, MatchValue
+from memoryd.transport.telemetry import Telemetry
+from unit.unit_kit import HashEmbedder
 
 USER = Scope(tenant="t1", user_id="ana")
 OTHER = Scope(tenant="t1", user_id="ben")
 WORDS = "coffee kittens recital garden report"
+QUERIES = ["coffee", "garden kittens", "who waters the garden", "recital report", WORDS]
+COUNTING = ("memoryd.store qdrant_edge.count", "memoryd.store qdrant_edge.count_each")
 
 
-class StoreCalls:
-    """Counts the store's count calls (the work the kept counts save)."""
+class Server:
+    """The real composition on the embedded stores, traced; `restart` opens it again on
+    the same data (nothing kept in memory)."""
 
-    def __init__(self, memory: VectorMemory, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.counts = 0
-        store = memory.store
-        for name in ("count", "count_each"):
-            monkeypatch.setattr(store, name, self._counting(getattr(store, name)))
+    def __init__(self, data_dir: Path, clock: MovableClock) -> None:
+        self._settings = Settings(data_dir=data_dir)
+        self._clock = clock
+        self.exporter = InMemorySpanExporter()
+        self.app: App | None = None
 
-    def _counting(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self.counts += 1
-            return method(*args, **kwargs)
+    async def start(self) -> App:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.app = await build_app(
+            self._settings,
+            clock=self._clock,
+            embedder=HashEmbedder(),
+            telemetry=Telemetry(tracer_provider=provider),
+        )
+        return self.app
 
-        return call
+    async def restart(self) -> App:
+        await self.stop()
+        return await self.start()
+
+    async def stop(self) -> None:
+        if self.app is not None:
+            await self.app.close()
+            self.app = None
+
+    def counts_made(self) -> int:
+        """The store's count calls since the last call of this (the work kept counts save)."""
+        made = sum(s.name in COUNTING for s in self.exporter.get_finished_spans())
+        self.exporter.clear()
+        return made
 
 
-def _memory(app: App) -> VectorMemory:
-    assert app.memory is not None
-    return app.memory
+@pytest.fixture
+async def server(tmp_path: Path, clock: MovableClock) -> AsyncIterator[Server]:
+    s = Server(tmp_path / "data", clock)
+    await s.start()
+    yield s
+    await s.stop()
 
 
 async def _add(app: App, text: str, scope: Scope = USER, **kw: Any) -> str:
@@ -67,109 +99,121 @@ async def _retrieve(app: App, query: str = WORDS) -> list[str]:
     return [r.id for r in found.items]
 
 
-def _recounted(memory: VectorMemory, flt: Filter, terms: list[int]) -> dict[int, float]:
-    """The IDF as the store counts it now, nothing kept."""
-    live = memory.store.count(flt)
-    return {
-        t: math.log(1.0 + (live - df + 0.5) / (df + 0.5))
-        for t, df in zip(terms, memory.store.count_each(flt, TERMS_FIELD, terms), strict=True)
-    }
+async def _ranked(app: App) -> list[list[MemoryRecord]]:
+    """Each query's hits, with their scores and score components (the keyword component
+    is the BM25 under the user's IDF: any count kept wrong shows there)."""
+    out = []
+    for query in QUERIES:
+        found = await app.engine.retrieve(
+            RetrieveQuery(scope=USER, query=query, tiers=[Tier.LONG_TERM], top_k=4)
+        )
+        out.append(found.items)
+    return out
 
 
-async def _assert_kept_counts_are_true(app: App) -> None:
-    memory = _memory(app)
-    flt = memory.scope_filter(USER, Tier.LONG_TERM)
-    terms = list(memory._encoder.encode_query(WORDS).indices)
-    assert memory._idf(flt, terms) == _recounted(memory, flt, terms)
+def _explained(ranked: list[list[MemoryRecord]]) -> list[list[tuple[str, float, Any]]]:
+    return [[(r.id, r.score, r.components) for r in hits] for hits in ranked]
 
 
-async def test_a_repeated_query_counts_nothing_in_the_store(
-    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    app = await make_app()
+async def _assert_ranks_as_counted_afresh(server: Server) -> None:
+    """What the server ranks with what it kept is what it ranks after a restart."""
+    assert server.app is not None
+    await _ranked(server.app)  # whatever can be kept, kept
+    kept = _explained(await _ranked(server.app))
+    assert _explained(await _ranked(await server.restart())) == kept
+
+
+async def test_a_repeated_query_counts_nothing_in_the_store(server: Server) -> None:
+    app = server.app
+    assert app is not None
     for text in ("I love coffee", "the kittens sleep", "the recital was Saturday"):
         await _add(app, text)
-    calls = StoreCalls(_memory(app), monkeypatch)
+    server.counts_made()
     first = await _retrieve(app)
-    counted = calls.counts
-    assert counted > 0
-    again = await _retrieve(app)
-    assert again == first and calls.counts == counted
+    assert server.counts_made() > 0
+    assert await _retrieve(app) == first and server.counts_made() == 0
     await _retrieve(app, "coffee garden")  # terms asked before: nothing to count either
-    assert calls.counts == counted
+    assert server.counts_made() == 0
     await _retrieve(app, "coffee tomatoes")  # a new term: counted, and only that
-    assert calls.counts == counted + 1
+    assert server.counts_made() == 1
 
 
-async def test_another_users_writes_leave_a_users_kept_counts(
-    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    app = await make_app()
+async def test_another_users_writes_leave_a_users_kept_counts(server: Server) -> None:
+    app = server.app
+    assert app is not None
     await _add(app, "I love coffee")
     other = await _add(app, "coffee and kittens", scope=OTHER)
-    calls = StoreCalls(_memory(app), monkeypatch)
     await _retrieve(app)
-    counted = calls.counts
+    server.counts_made()
     await _add(app, "more coffee for ben", scope=OTHER)
     await app.engine.delete(Lookup(scope=OTHER, tier=Tier.LONG_TERM, ids=[other]))
     await _retrieve(app)
-    assert calls.counts == counted
+    assert server.counts_made() == 0
     await _add(app, "the garden")  # the user's own write: counted again
     await _retrieve(app)
-    assert calls.counts > counted
-    await _assert_kept_counts_are_true(app)
+    assert server.counts_made() > 0
+    await _assert_ranks_as_counted_afresh(server)
 
 
-async def test_kept_counts_follow_adds_deletes_prunes_and_imports(make_app: AppFactory) -> None:
-    app = await make_app()
-    ids = [await _add(app, f"note {i} about coffee and the garden") for i in range(6)]
-    await _add(app, "kittens and coffee", scope=OTHER)  # another user's words never count
-    await _retrieve(app)
-    await _assert_kept_counts_are_true(app)
+async def test_kept_counts_follow_adds_deletes_prunes_and_imports(server: Server) -> None:
+    assert server.app is not None
+    # Each scores apart from the others (no ties, whose order is the store's).
+    texts = [f"note {'so ' * i}about coffee and the garden" for i in range(6)]
+    ids = [await _add(server.app, text) for text in texts]
+    await _add(server.app, "kittens and coffee", scope=OTHER)  # another user's words never count
+    await _assert_ranks_as_counted_afresh(server)
 
-    await _add(app, "the recital report")
-    await _assert_kept_counts_are_true(app)
+    await _add(server.app, "the recital report")
+    await _assert_ranks_as_counted_afresh(server)
 
-    await app.engine.delete(Lookup(scope=USER, tier=Tier.LONG_TERM, ids=ids[:2]))
-    await _assert_kept_counts_are_true(app)
+    await server.app.engine.delete(Lookup(scope=USER, tier=Tier.LONG_TERM, ids=ids[:2]))
+    await _assert_ranks_as_counted_afresh(server)
 
-    await app.engine.prune(
+    await server.app.engine.prune(
         PruneCommand(
             scope=USER, strategy=PruneStrategy.OLDEST_PERCENT, tiers=[Tier.LONG_TERM], percent=50
         )
     )
-    await _assert_kept_counts_are_true(app)
+    await _assert_ranks_as_counted_afresh(server)
 
-    exported = [r async for page in _memory(app).export_pages(USER, Tier.LONG_TERM) for r in page]
+    memory = server.app.memory
+    assert memory is not None
+    exported = [r async for page in memory.export_pages(USER, Tier.LONG_TERM) for r in page]
     moved = [dataclasses.replace(r, id=f"{r.id[:-4]}beef") for r in exported]
-    done = await app.engine.import_records(USER, moved)
+    done = await server.app.engine.import_records(USER, moved)
     assert done.imported_count == len(moved)
-    await _assert_kept_counts_are_true(app)
+    await _assert_ranks_as_counted_afresh(server)
 
 
 async def test_kept_counts_end_when_a_counted_memory_expires(
-    make_app: AppFactory, clock: MovableClock
+    server: Server, clock: MovableClock
 ) -> None:
-    app = await make_app()
-    await _add(app, "coffee in the garden")
-    await _add(app, "coffee with kittens", expires_at=clock() + 60)
-    await _retrieve(app)
-    await _assert_kept_counts_are_true(app)
+    assert server.app is not None
+    await _add(server.app, "coffee in the garden")
+    await _add(server.app, "coffee with kittens", expires_at=clock() + 60)
+    await _assert_ranks_as_counted_afresh(server)
+    before = await _ranked(server.app)
     clock.advance(61)  # expired, not yet purged: no longer counted
-    await _assert_kept_counts_are_true(app)
-    memory = _memory(app)
-    flt = memory.scope_filter(USER, Tier.LONG_TERM)
-    assert memory.store.count(flt) == 1
+    after = await _ranked(server.app)
+    assert _explained(after) != _explained(before)
+    await _assert_ranks_as_counted_afresh(server)
 
 
-async def test_kept_counts_are_rebuilt_when_lost(make_app: AppFactory) -> None:
-    app = await make_app()
-    await _add(app, "coffee in the garden")
-    before = await _retrieve(app)
-    memory = _memory(app)
-    memory._counts = TermCounts()  # e.g. a restart: nothing kept
-    assert await _retrieve(app) == before
-    await _assert_kept_counts_are_true(app)
+async def test_every_hit_is_explained_alike_whether_counts_were_kept_or_not(
+    server: Server,
+) -> None:
+    texts = [
+        "I love coffee in the morning",
+        "the kittens sleep in the garden",
+        "the recital was on Saturday",
+        "my report on the garden is due",
+        "coffee with the kittens after the recital",
+        "Ruth waters the garden when I travel",
+    ]
+    assert server.app is not None
+    for i, text in enumerate(texts):
+        await _add(server.app, text, scope=dataclasses.replace(USER, session_id=f"s{i % 2}"))
+    await _assert_ranks_as_counted_afresh(server)
 
 
 def test_the_key_leaves_the_clock_out_and_keeps_every_other_condition() -> None:
@@ -183,69 +227,79 @@ def test_the_key_leaves_the_clock_out_and_keeps_every_other_condition() -> None:
     assert key_of(everything)[1] == -math.inf
 
 
-def test_an_entry_holds_for_its_generation_until_the_first_counted_expiry() -> None:
-    kept = TermCounts()
-    kept.keep("k", Counts(generation=3, counted_at=10.0, valid_until=50.0, live=4), [7], [2])
-    assert kept.get("k", 3, 10.0) is not None and kept.get("k", 3, 49.9) is not None
-    assert kept.get("k", 4, 20.0) is None  # a write since: dropped
-    assert kept.get("k", 3, 20.0) is None
-    kept.keep("k", Counts(generation=3, counted_at=10.0, valid_until=50.0, live=4), [7], [2])
-    assert kept.get("k", 3, 50.0) is None  # the first expiry came
-    kept.keep("k", Counts(generation=3, counted_at=10.0, valid_until=50.0, live=4), [7], [2])
-    assert kept.get("k", 3, 9.0) is None  # a clock before the count
-    assert kept.get("k", None, 20.0) is None  # a store shared with other writers
+class Generations:
+    """Store generations as a test moves them: one per user, and one of every write."""
+
+    def __init__(self) -> None:
+        self.of: dict[tuple[str, str], int] = {}
+        self.shared = False  # a store other writers share: no generation
+
+    def __call__(self, tenant: str | None, user_id: str | None) -> int | None:
+        if self.shared:
+            return None
+        if tenant is None or user_id is None:
+            return sum(self.of.values())
+        return self.of.get((tenant, user_id), 0)
+
+    def write(self, owner: tuple[str, str]) -> None:
+        self.of[owner] = self.of.get(owner, 0) + 1
 
 
-def test_the_least_recently_used_filters_are_dropped_first() -> None:
-    kept = TermCounts(max_entries=2)
+ANA, BEN = ("t1", "ana"), ("t1", "ben")
+
+
+def test_an_entry_holds_while_its_owners_generation_stays_and_inside_its_clock_window() -> None:
+    generations = Generations()
+    cache = DerivedCache(generations)
+    cache.keep(ANA, "k", "counted", generations(*ANA), since=10.0, until=50.0)
+    assert cache.get(ANA, "k", str, at=10.0) == "counted"
+    assert cache.get(ANA, "k", str, at=49.9) == "counted"
+    assert cache.get(ANA, "k", str) == "counted"  # no clock asked
+    generations.write(BEN)
+    assert cache.get(ANA, "k", str, at=20.0) == "counted"  # another user's write
+    assert cache.get(ANA, "k", str, at=50.0) is None  # past its window: dropped
+    cache.keep(ANA, "k", "counted", generations(*ANA), since=10.0, until=50.0)
+    assert cache.get(ANA, "k", str, at=9.0) is None  # a clock before it was counted
+    cache.keep(ANA, "k", "counted", generations(*ANA))
+    generations.write(ANA)
+    assert cache.get(ANA, "k", str) is None  # the owner wrote: dropped
+    generations.shared = True
+    cache.keep(ANA, "k", "counted", generations(*ANA))
+    assert len(cache) == 0  # nothing is kept of a store shared with other writers
+
+
+def test_a_value_read_before_a_write_landed_is_never_kept_as_current() -> None:
+    generations = Generations()
+    cache = DerivedCache(generations)
+    read_at = generations(*ANA)
+    generations.write(ANA)  # lands while the value is derived
+    cache.keep(ANA, "k", "stale", read_at)
+    assert cache.get(ANA, "k", str) is None
+
+
+def test_what_a_write_placed_is_kept_only_when_that_write_alone_moved_the_generation() -> None:
+    generations = Generations()
+    cache = DerivedCache(generations)
+    before = generations(*ANA)
+    generations.write(ANA)
+    cache.keep_written(ANA, [("s1", "turn 1")], before)
+    assert cache.get(ANA, "s1", str) == "turn 1"
+    before = generations(*ANA)
+    generations.write(ANA)
+    generations.write(ANA)  # another write meanwhile: it may have placed a later turn
+    cache.keep_written(ANA, [("s1", "turn 2")], before)
+    assert cache.get(ANA, "s1", str) is None
+
+
+def test_the_least_recently_used_entries_go_first_past_the_entries_or_the_weight() -> None:
+    generations = Generations()
+    cache = DerivedCache(generations, max_entries=2, max_weight=25)
     for key in ("a", "b"):
-        kept.keep(key, Counts(1, 0.0, math.inf, 1), [], [])
-    assert kept.get("a", 1, 0.0) is not None
-    kept.keep("c", Counts(1, 0.0, math.inf, 1), [], [])
-    assert kept.get("b", 1, 0.0) is None
-    assert kept.get("a", 1, 0.0) is not None and kept.get("c", 1, 0.0) is not None
-    assert term_counts.MAX_ENTRIES > 2 and len(kept) == 2
-
-
-async def test_rankings_with_kept_counts_are_those_counted_afresh(
-    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    app = await make_app()
-    texts = [
-        "I love coffee in the morning",
-        "the kittens sleep in the garden",
-        "the recital was on Saturday",
-        "my report on the garden is due",
-        "coffee with the kittens after the recital",
-        "Ruth waters the garden when I travel",
-    ]
-    for i, text in enumerate(texts):
-        await _add(app, text, scope=dataclasses.replace(USER, session_id=f"s{i % 2}"))
-    queries = ["coffee", "garden kittens", "who waters the garden", "recital report", WORDS]
-
-    async def ranked() -> list[list[tuple[str, float]]]:
-        out = []
-        for query in queries:
-            found = await app.engine.retrieve(
-                RetrieveQuery(scope=USER, query=query, tiers=[Tier.LONG_TERM], top_k=4)
-            )
-            out.append([(r.id, r.score) for r in found.items])
-        return out
-
-    await ranked()  # every count kept
-    kept = await ranked()
-    assert len(_memory(app)._counts) > 0
-    monkeypatch.setattr(_memory(app).store, "generation", lambda *owner: None)  # keep nothing
-    assert await ranked() == kept
-
-
-def test_the_terms_kept_in_all_are_bounded() -> None:
-    kept = TermCounts(max_entries=100, max_terms=10, max_total_terms=25)
-    for n in range(5):
-        kept.keep(f"user{n}", Counts(1, 0.0, math.inf, 10), list(range(8)), [1] * 8)
-    assert kept.terms_held <= 25 and len(kept) == 3  # the oldest filters went first
-    assert kept.get("user4", 1, 0.0) is not None and kept.get("user0", 1, 0.0) is None
-    entry = kept.get("user4", 1, 0.0)
-    assert entry is not None
-    kept.keep("user4", entry, [100, 101, 102], [1, 1, 1])  # past max_terms: starts over
-    assert len(entry.df) == 3 and kept.terms_held <= 25
+        cache.keep(ANA, key, key, 0)
+    assert cache.get(ANA, "a", str) == "a"
+    cache.keep(ANA, "c", "c", 0)
+    assert cache.get(ANA, "b", str) is None
+    assert cache.get(ANA, "a", str) == "a" and cache.get(ANA, "c", str) == "c"
+    cache.keep(BEN, "heavy", "h", 0, weight=20)
+    assert cache.weight <= 25 and len(cache) == 2
+    assert cache.get(BEN, "heavy", str) == "h" and cache.get(ANA, "a", str) is None

@@ -20,7 +20,7 @@ def test_every_tier_of_the_enum_is_declared_once() -> None:
 
 
 def test_a_tier_settings_section_and_retention_setting_exist() -> None:
-    settings, retention = Settings(), RetentionSettings()
+    settings, retention = Settings.explicit(), RetentionSettings()
     for spec in TIERS.values():
         if spec.settings_section:
             assert hasattr(settings, spec.settings_section), spec.tier

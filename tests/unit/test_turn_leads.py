@@ -42,7 +42,9 @@ def embedder() -> GatedEmbedder:
 
 @pytest.fixture
 async def app(tmp_path: Path, clock: MovableClock, embedder: GatedEmbedder) -> AsyncIterator[App]:
-    built = await build_app(Settings(data_dir=tmp_path / "data"), clock=clock, embedder=embedder)
+    built = await build_app(
+        Settings.explicit(data_dir=tmp_path / "data"), clock=clock, embedder=embedder
+    )
     yield built
     await built.close()
 
@@ -90,7 +92,9 @@ async def _said_with(
 ) -> list[str]:
     """What the model embedded for `turns`, added one by one with `lead_chars`."""
     embedder = GatedEmbedder()
-    settings = Settings(data_dir=tmp_path / "d", long_term=LongTermSettings(lead_chars=lead_chars))
+    settings = Settings.explicit(
+        data_dir=tmp_path / "d", long_term=LongTermSettings(lead_chars=lead_chars)
+    )
     app = await build_app(settings, clock=clock, embedder=embedder)
     try:
         for turn in turns:
@@ -231,7 +235,7 @@ async def test_an_import_embeds_its_turns_after_their_leads_as_when_added(
 async def test_a_reindex_embeds_each_turn_after_its_lead_again(
     tmp_path: Path, clock: MovableClock, embedder: GatedEmbedder
 ) -> None:
-    settings = Settings(data_dir=tmp_path / "d")
+    settings = Settings.explicit(data_dir=tmp_path / "d")
     app = await build_app(settings, clock=clock, embedder=embedder)
     try:
         for speaker, text in [("Ben", "Plans?"), ("Ana", "None."), ("Ben", "Same.")]:

@@ -70,6 +70,10 @@ func run(target, apiKey, user string) error {
 	if err != nil {
 		return fmt.Errorf("retrieve: %s", status.Convert(err).Message())
 	}
+	if found.GetRateLimited() {
+		// Past the query rate: the items are a recent answer or none, not an empty memory.
+		fmt.Println("retrieved: rate limited: the query rate limit was reached; retry later (memories may exist)")
+	}
 	for _, item := range found.GetItems() {
 		fmt.Printf("retrieved: %.3f %s\n", item.GetScore(), item.GetContent())
 	}
@@ -77,6 +81,10 @@ func run(target, apiKey, user string) error {
 	block, err := client.RenderContext(ctx, &pb.RenderContextRequest{Scope: scope, Query: "seats"})
 	if err != nil {
 		return fmt.Errorf("render context: %s", status.Convert(err).Message())
+	}
+	if block.GetRateLimited() && block.GetContext() == "" {
+		fmt.Println("context: rate limited: the query rate limit was reached; retry later (memories may exist)")
+		return nil
 	}
 	fmt.Println(block.GetContext())
 	return nil

@@ -42,6 +42,12 @@ type MemoryServiceClient interface {
 	// Close a session: extract facts, entities and a summary from its messages, clear its
 	// hot state. Idempotent: ending a session again adds nothing.
 	EndSession(ctx context.Context, in *EndSessionRequest, opts ...grpc.CallOption) (*EndSessionResponse, error)
+	// The tenant's users (the credential's tenant), in id order, a page at a time, each with
+	// its usage per tier and last activity. Reader and admin credentials only.
+	ListUsers(ctx context.Context, in *ListUsersRequest, opts ...grpc.CallOption) (*ListUsersResponse, error)
+	// A user's memories across the stored tiers, a page at a time, filtered by tier, kind,
+	// session and metadata; newest storage order is not promised, the order is stable.
+	ListMemories(ctx context.Context, in *ListMemoriesRequest, opts ...grpc.CallOption) (*ListMemoriesResponse, error)
 }
 
 type memoryServiceClient struct {
@@ -199,6 +205,24 @@ func (c *memoryServiceClient) EndSession(ctx context.Context, in *EndSessionRequ
 	return out, nil
 }
 
+func (c *memoryServiceClient) ListUsers(ctx context.Context, in *ListUsersRequest, opts ...grpc.CallOption) (*ListUsersResponse, error) {
+	out := new(ListUsersResponse)
+	err := c.cc.Invoke(ctx, "/memoryd.v1.MemoryService/ListUsers", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) ListMemories(ctx context.Context, in *ListMemoriesRequest, opts ...grpc.CallOption) (*ListMemoriesResponse, error) {
+	out := new(ListMemoriesResponse)
+	err := c.cc.Invoke(ctx, "/memoryd.v1.MemoryService/ListMemories", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MemoryServiceServer is the server API for MemoryService service.
 // All implementations must embed UnimplementedMemoryServiceServer
 // for forward compatibility
@@ -228,6 +252,12 @@ type MemoryServiceServer interface {
 	// Close a session: extract facts, entities and a summary from its messages, clear its
 	// hot state. Idempotent: ending a session again adds nothing.
 	EndSession(context.Context, *EndSessionRequest) (*EndSessionResponse, error)
+	// The tenant's users (the credential's tenant), in id order, a page at a time, each with
+	// its usage per tier and last activity. Reader and admin credentials only.
+	ListUsers(context.Context, *ListUsersRequest) (*ListUsersResponse, error)
+	// A user's memories across the stored tiers, a page at a time, filtered by tier, kind,
+	// session and metadata; newest storage order is not promised, the order is stable.
+	ListMemories(context.Context, *ListMemoriesRequest) (*ListMemoriesResponse, error)
 	mustEmbedUnimplementedMemoryServiceServer()
 }
 
@@ -267,6 +297,12 @@ func (UnimplementedMemoryServiceServer) RenderContext(context.Context, *RenderCo
 }
 func (UnimplementedMemoryServiceServer) EndSession(context.Context, *EndSessionRequest) (*EndSessionResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method EndSession not implemented")
+}
+func (UnimplementedMemoryServiceServer) ListUsers(context.Context, *ListUsersRequest) (*ListUsersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListUsers not implemented")
+}
+func (UnimplementedMemoryServiceServer) ListMemories(context.Context, *ListMemoriesRequest) (*ListMemoriesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListMemories not implemented")
 }
 func (UnimplementedMemoryServiceServer) mustEmbedUnimplementedMemoryServiceServer() {}
 
@@ -490,6 +526,42 @@ func _MemoryService_EndSession_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_ListUsers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListUsersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ListUsers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/memoryd.v1.MemoryService/ListUsers",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ListUsers(ctx, req.(*ListUsersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_ListMemories_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListMemoriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ListMemories(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/memoryd.v1.MemoryService/ListMemories",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ListMemories(ctx, req.(*ListMemoriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _MemoryService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "memoryd.v1.MemoryService",
 	HandlerType: (*MemoryServiceServer)(nil),
@@ -529,6 +601,14 @@ var _MemoryService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "EndSession",
 			Handler:    _MemoryService_EndSession_Handler,
+		},
+		{
+			MethodName: "ListUsers",
+			Handler:    _MemoryService_ListUsers_Handler,
+		},
+		{
+			MethodName: "ListMemories",
+			Handler:    _MemoryService_ListMemories_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -46,14 +46,18 @@ from memoryd_client.results import (
     GetResult,
     ImportResult,
     ItemError,
+    ListMemoriesResult,
+    ListUsersResult,
     MemoryItem,
     PruneResult,
     Relation,
     RenderedContext,
     RetrieveResult,
+    ScoreComponents,
     TierUsage,
     UsageAlert,
     UsageResult,
+    UserSummary,
 )
 from memoryd_client.v1 import memory_pb2 as pb
 
@@ -84,6 +88,8 @@ __all__ = [
     "InvalidArgument",
     "ItemError",
     "Kind",
+    "ListMemoriesResult",
+    "ListUsersResult",
     "MemoryClient",
     "MemoryItem",
     "MemorydError",
@@ -99,6 +105,7 @@ __all__ = [
     "RetrieveResult",
     "RetryPolicy",
     "Role",
+    "ScoreComponents",
     "Source",
     "Tier",
     "TierUsage",
@@ -107,5 +114,6 @@ __all__ = [
     "Unimplemented",
     "UsageAlert",
     "UsageResult",
+    "UserSummary",
     "pb",
 ]

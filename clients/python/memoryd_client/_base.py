@@ -27,6 +27,8 @@ from memoryd_client.results import (
     DeleteResult,
     EndSessionResult,
     GetResult,
+    ListMemoriesResult,
+    ListUsersResult,
     PruneResult,
     RenderedContext,
     RetrieveResult,
@@ -67,6 +69,8 @@ PRUNE = Unary("Prune", _requests.prune, PruneResult.of)
 USAGE = Unary("Usage", _requests.usage, UsageResult.of)
 RENDER_CONTEXT = Unary("RenderContext", _requests.render_context, RenderedContext.of)
 END_SESSION = Unary("EndSession", _requests.end_session, EndSessionResult.of)
+LIST_USERS = Unary("ListUsers", _requests.list_users, ListUsersResult.of)
+LIST_MEMORIES = Unary("ListMemories", _requests.list_memories, ListMemoriesResult.of)
 
 
 class ClientBase:

@@ -48,6 +48,21 @@ class RetrieveArgs(ScopeArgs, total=False):
     kinds: Iterable[EnumLike]
     min_score: float
     token_budget: int
+    explain: bool
+
+
+class ListUsersArgs(TypedDict, total=False):
+    user_id_prefix: str
+    page_size: int
+    page_token: str
+
+
+class ListMemoriesArgs(ScopeArgs, total=False):
+    tiers: Iterable[EnumLike]
+    kinds: Iterable[EnumLike]
+    filters: Mapping[str, str]
+    page_size: int
+    page_token: str
 
 
 class LookupArgs(ScopeArgs, total=False):
@@ -134,12 +149,32 @@ def retrieve(a: RetrieveArgs) -> pb.RetrieveRequest:
         top_k=a.get("top_k", 0),
         filters=dict(a.get("filters", {})),
         kinds=[to_number(Kind, k) for k in a.get("kinds", ())],  # type: ignore[misc]
+        explain=a.get("explain", False),
     )
     if "min_score" in a:
         request.min_score = a["min_score"]
     if "token_budget" in a:
         request.token_budget = a["token_budget"]
     return request
+
+
+def list_users(a: ListUsersArgs) -> pb.ListUsersRequest:
+    return pb.ListUsersRequest(
+        user_id_prefix=a.get("user_id_prefix", ""),
+        page_size=a.get("page_size", 0),
+        page_token=a.get("page_token", ""),
+    )
+
+
+def list_memories(a: ListMemoriesArgs) -> pb.ListMemoriesRequest:
+    return pb.ListMemoriesRequest(
+        scope=scope(a),
+        tiers=_tiers(a.get("tiers")),  # type: ignore[arg-type]
+        kinds=[to_number(Kind, k) for k in a.get("kinds", ())],  # type: ignore[misc]
+        filters=dict(a.get("filters", {})),
+        page_size=a.get("page_size", 0),
+        page_token=a.get("page_token", ""),
+    )
 
 
 def get(a: LookupArgs) -> pb.GetRequest:

@@ -22,6 +22,8 @@ from memoryd_client.results import (
     EndSessionResult,
     GetResult,
     ImportResult,
+    ListMemoriesResult,
+    ListUsersResult,
     MemoryItem,
     PruneResult,
     RenderedContext,
@@ -198,6 +200,26 @@ class MemoryClient(ClientBase):
         requests = import_requests(user_id, items, messages)
         reply = self._unary(self.stub.Import, requests, timeout, request_id, stream=True)
         return ImportResult.of(reply)
+
+    def list_users(
+        self,
+        *,
+        timeout: Timeout = DEFAULT,
+        request_id: str | None = None,
+        **args: Unpack[_requests.ListUsersArgs],
+    ) -> ListUsersResult:
+        """A page of the tenant's users with their usage (reader and admin credentials)."""
+        return self._call(_base.LIST_USERS, args, timeout, request_id)
+
+    def list_memories(
+        self,
+        *,
+        timeout: Timeout = DEFAULT,
+        request_id: str | None = None,
+        **args: Unpack[_requests.ListMemoriesArgs],
+    ) -> ListMemoriesResult:
+        """A page of a user's memories across the stored tiers, filtered."""
+        return self._call(_base.LIST_MEMORIES, args, timeout, request_id)
 
     def usage(
         self,

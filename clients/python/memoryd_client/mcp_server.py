@@ -2,22 +2,33 @@
 `query_memory`, `remember` and `forget` for one user, and that user's `<memory>` block as
 a resource, served with the official `mcp` SDK over stdio or streamable HTTP.
 
-    memoryd mcp --target HOST:PORT [--api-key KEY] --user-id USER [--http HOST:PORT]
+    memoryd mcp --target HOST:PORT [--api-key KEY] --user USER [--http HOST:PORT]
     memoryd-mcp ...   (the same, from the client distribution alone)
 
-Each option falls back to MEMORYD_TARGET, MEMORYD_API_KEY and MEMORYD_USER_ID. The tools
-fail closed exactly as `memoryd_client.tools.MemoryTools` does. Logs go to stderr: on
-stdio, stdout carries the protocol only.
+Each option falls back to MEMORYD_TARGET, MEMORYD_API_KEY and MEMORYD_USER_ID; the flags
+are spelt as in memoryd's other client commands (`--user`, `--tls-ca`, `--tls-cert`,
+`--tls-key`; the old `--user-id`, `--ca-cert`, `--client-cert`, `--client-key` still
+work). The tools fail closed exactly as `memoryd_client.tools.MemoryTools` does. Logs go
+to stderr: on stdio, stdout carries the protocol only.
+
+Over HTTP the MCP endpoint acts with the configured API key for whoever can reach it:
+`--http-token` (or MEMORYD_MCP_HTTP_TOKEN) makes every request show
+`Authorization: Bearer <token>`; without one, a warning is logged when it listens beyond
+loopback.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
+import ipaddress
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
 
+from memoryd_client import __version__
 from memoryd_client.aio import AsyncMemoryClient
 from memoryd_client.tools import (
     FORGET,
@@ -41,7 +52,9 @@ def build_server(tools: MemoryTools) -> MCPServer:
     """The MCP server exposing `tools` (bound to one user) and the memory block."""
     from mcp.server.mcpserver import MCPServer
 
-    server: MCPServer = MCPServer(name="memoryd", instructions=MEMORY_INSTRUCTIONS)
+    server: MCPServer = MCPServer(
+        name="memoryd", version=__version__, instructions=MEMORY_INSTRUCTIONS
+    )
     specs = tool_specs()
 
     async def query_memory(query: str, top_k: int | None = None) -> str:
@@ -90,23 +103,105 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--api-key", default=env("MEMORYD_API_KEY"), help="API key (env MEMORYD_API_KEY)"
     )
     parser.add_argument(
-        "--user-id",
+        "--user",
+        dest="user_id",
         default=env("MEMORYD_USER_ID"),
-        help="whose memories the tools use (env MEMORYD_USER_ID)",
+        help="user_id whose memories the tools use (env MEMORYD_USER_ID)",
     )
     parser.add_argument("--agent-id", default=env("MEMORYD_AGENT_ID", ""), help="agent scope")
     parser.add_argument(
         "--http", metavar="HOST:PORT", help="serve streamable HTTP at /mcp instead of stdio"
     )
+    parser.add_argument(
+        "--http-token",
+        default=env("MEMORYD_MCP_HTTP_TOKEN"),
+        help="with --http: every request must carry `Authorization: Bearer <token>` "
+        "(env MEMORYD_MCP_HTTP_TOKEN)",
+    )
     parser.add_argument("--tls", action="store_true", help="TLS to memoryd (system roots)")
-    parser.add_argument("--ca-cert", help="PEM file of the CA that signed memoryd's certificate")
-    parser.add_argument("--client-cert", help="PEM certificate chain for mTLS")
-    parser.add_argument("--client-key", help="PEM private key for mTLS")
+    parser.add_argument(
+        "--tls-ca", dest="ca_cert", help="CA certificate (PEM) that signed memoryd's certificate"
+    )
+    parser.add_argument("--tls-cert", dest="client_cert", help="client certificate (PEM), mTLS")
+    parser.add_argument("--tls-key", dest="client_key", help="client private key (PEM), mTLS")
+    # Earlier spellings, kept working and out of the help.
+    for old, dest in (
+        ("--user-id", "user_id"),
+        ("--ca-cert", "ca_cert"),
+        ("--client-cert", "client_cert"),
+        ("--client-key", "client_key"),
+    ):
+        parser.add_argument(old, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+ASGIApp = Callable[
+    [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
+    Awaitable[None],
+]
+
+
+def require_bearer(app: ASGIApp, token: str) -> ASGIApp:
+    """`app` answering 401 to any HTTP request without `Authorization: Bearer <token>`."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(
+        scope: MutableMapping[str, Any],
+        receive: Callable[[], Awaitable[Any]],
+        send: Callable[[Any], Awaitable[None]],
+    ) -> None:
+        if scope["type"] == "http":
+            shown = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(shown, expected):
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"text/plain"),
+                            (b"www-authenticate", b"Bearer"),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": b"missing or bad token\n"})
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve anywhere
+
+
+async def serve_http(
+    server: MCPServer, host: str, port: int, token: str | None, user_id: str
+) -> None:
+    import uvicorn
+
+    app: Any = server.streamable_http_app(host=host)
+    if token:
+        app = require_bearer(app, token)
+    elif not is_loopback(host):
+        log.warning(
+            "the MCP endpoint on %s:%s has no authentication: anyone who reaches it reads and "
+            "writes user %s's memories with this server's API key; give --http-token (or "
+            "MEMORYD_MCP_HTTP_TOKEN), or listen on 127.0.0.1",
+            host,
+            port,
+            user_id,
+        )
+    config = uvicorn.Config(app, host=host, port=port, log_level="info")
+    await uvicorn.Server(config).serve()
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until stdin closes (stdio) or the process is stopped (HTTP)."""
-    missing = [o for o, v in (("--target", args.target), ("--user-id", args.user_id)) if not v]
+    missing = [o for o, v in (("--target", args.target), ("--user", args.user_id)) if not v]
     if missing:
         print(f"memoryd mcp: {' and '.join(missing)} required", file=sys.stderr)
         return 2
@@ -137,7 +232,9 @@ def run(args: argparse.Namespace) -> int:
             if args.http:
                 host, _, port = args.http.rpartition(":")
                 log.info("memoryd MCP server on http://%s:%s/mcp", host, port)
-                await server.run_streamable_http_async(host=host or "127.0.0.1", port=int(port))
+                await serve_http(
+                    server, host or "127.0.0.1", int(port), args.http_token, args.user_id
+                )
             else:
                 await server.run_stdio_async()
         finally:

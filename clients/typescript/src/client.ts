@@ -12,6 +12,8 @@ import {
   ExportRequestSchema,
   GetRequestSchema,
   ImportRequestSchema,
+  ListMemoriesRequestSchema,
+  ListUsersRequestSchema,
   Kind,
   MemoryService,
   PruneRequestSchema,
@@ -32,6 +34,8 @@ import {
   type ExportTrailer,
   type GetResponse,
   type ImportResponse,
+  type ListMemoriesResponse,
+  type ListUsersResponse,
   type MemoryItem,
   type PruneResponse,
   type RenderContextResponse,
@@ -119,6 +123,9 @@ export type PruneArgs = Scope & Without<typeof PruneRequestSchema, "tiers" | "st
 export type ExportArgs = Scope & { tiers?: TierLike[]; includeArchived?: boolean };
 export type RenderContextArgs = Scope & Without<typeof RenderContextRequestSchema, "tiers"> & { tiers?: TierLike[] };
 export type EndSessionArgs = Scope & { extractFacts?: boolean };
+export type ListUsersArgs = { userIdPrefix?: string; pageSize?: number; pageToken?: string };
+export type ListMemoriesArgs = Scope &
+  Without<typeof ListMemoriesRequestSchema, "tiers" | "kinds"> & { tiers?: TierLike[]; kinds?: KindLike[] };
 
 function split<T extends Scope>(args: T): [Scope, Omit<T, keyof Scope>] {
   const { userId, agentId = "", sessionId = "", taskId = "", ...rest } = args;
@@ -285,6 +292,9 @@ export class MemoryClient {
     return this.unary(m.name, m.input, m.output, request, options);
   }
 
+  /** The memories relevant to a query. `rateLimited` set means the caller's query rate was
+   * reached: `items` are a recent answer to the same request or none, which is not an
+   * empty memory (retry later). */
   retrieve(args: RetrieveArgs, options?: CallOptions): Promise<RetrieveResponse> {
     const [scope, { tiers = [], kinds = [], ...rest }] = split(args);
     const m = this.method("retrieve");
@@ -370,6 +380,22 @@ export class MemoryClient {
     return this.unary(m.name, m.input, m.output, create(UsageRequestSchema, { scope }), options);
   }
 
+  /** A page of the tenant's users with their usage (reader and admin credentials). */
+  listUsers(args: ListUsersArgs = {}, options?: CallOptions): Promise<ListUsersResponse> {
+    const m = this.method("listUsers");
+    return this.unary(m.name, m.input, m.output, create(ListUsersRequestSchema, args), options);
+  }
+
+  /** A page of a user's memories across the stored tiers, filtered. */
+  listMemories(args: ListMemoriesArgs, options?: CallOptions): Promise<ListMemoriesResponse> {
+    const [scope, { tiers = [], kinds = [], ...rest }] = split(args);
+    const m = this.method("listMemories");
+    const request = create(ListMemoriesRequestSchema, { ...rest, scope, tiers: tiers.map(tier), kinds: kinds.map(kind) });
+    return this.unary(m.name, m.input, m.output, request, options);
+  }
+
+  /** The `<memory>` block for a system prompt. With `rateLimited` an empty `context` means
+   * the query rate was reached, not that nothing is stored. */
   renderContext(args: RenderContextArgs, options?: CallOptions): Promise<RenderContextResponse> {
     const [scope, { tiers = [], ...rest }] = split(args);
     const m = this.method("renderContext");

@@ -1,6 +1,7 @@
 // The TypeScript client against a live memoryd that this test run starts.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { fromJson } from "@bufbuild/protobuf";
@@ -17,7 +18,7 @@ import {
   pb,
   type MemoryItem,
 } from "../src/index.js";
-import { ROOT, startMemoryd, type Memoryd } from "./server.js";
+import { ROOT, createKey, startMemoryd, type Memoryd } from "./server.js";
 
 let memoryd: Memoryd;
 let client: MemoryClient;
@@ -78,6 +79,12 @@ test("renders the memory block, reports usage and prunes", async () => {
   const longTerm = usage.tiers.find((t) => t.tier === Tier.LONG_TERM);
   assert.equal(longTerm?.count, 1n);
   assert.equal(longTerm?.maxCount, 5n);
+  const listed = await client.listUsers({ userIdPrefix: userId });
+  assert.deepEqual(listed.users.map((u) => u.userId), [userId]);
+  const page = await client.listMemories({ userId, tiers: ["persona"] });
+  assert.deepEqual(page.items.map((i) => i.content), ["Ana"]);
+  const explained = await client.retrieve({ userId, query: "cello", explain: true });
+  assert.equal(explained.items[0].explain?.final, explained.items[0].score);
   const pruned = await client.prune({ userId, strategy: "all" });
   assert.ok(pruned.deletedCount >= 2n);
 });
@@ -174,4 +181,33 @@ test("addBatch stores each valid item and reports each invalid one alone", async
   assert.equal(repeat.memoryId, first.memoryId);
   assert.deepEqual([batch.succeededCount, batch.failedCount], [2, 1]);
   await assert.rejects(client.addBatch([]), InvalidArgument);
+});
+
+test("a query past the caller's rate limit says rateLimited, not an empty memory", async () => {
+  // A server that wants keys, and a key whose rate profile allows one query a minute.
+  const dir = mkdtempSync(join(tmpdir(), "memoryd-ts-keys-"));
+  const env = {
+    MEMORYD_AUTH__KEYS_FILE: join(dir, "keys.jsonl"),
+    MEMORYD_QUOTAS__PROFILES: JSON.stringify({ tight: { queries_per_minute: 1 } }),
+  };
+  const userId = newUser();
+  const key = createKey(env, ["--tenant", "acme", "--role", "agent", "--user", userId, "--rate-profile", "tight"]);
+  const limited = await startMemoryd(env);
+  const tight = new MemoryClient(limited.target, { apiKey: key });
+  try {
+    await tight.add({ userId, content: "Ana prefers window seats" });
+    const answered = await tight.retrieve({ userId, query: "seats" });
+    assert.equal(answered.rateLimited, false);
+    assert.equal(answered.items.length, 1);
+    const refused = await tight.retrieve({ userId, query: "bikes" });
+    assert.equal(refused.rateLimited, true);
+    assert.equal(refused.items.length, 0);
+    const rendered = await tight.renderContext({ userId, query: "bikes" });
+    assert.equal(rendered.rateLimited, true);
+    assert.equal(rendered.context, "");
+  } finally {
+    tight.close();
+    await limited.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

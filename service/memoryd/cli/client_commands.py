@@ -3,7 +3,9 @@ server, over gRPC. `main` adds them with `add_client_commands` and runs them wit
 `run_client_command`.
 
 Each takes `--api-key` (or MEMORYD_API_KEY), sent as `authorization: Bearer <key>`, and
-`--tls-ca` for a TLS server (with `--tls-cert`/`--tls-key` for mutual TLS).
+`--tls` (system roots) or `--tls-ca` for a TLS server (with `--tls-cert`/`--tls-key` for
+mutual TLS). `memoryd mcp` spells its flags the same; its older spellings (`--user-id`,
+`--ca-cert`, `--client-cert`, `--client-key`) are accepted here too, out of the help.
 
 An export file holds JSON lines, one `ExportResponse` each (header, items, trailer), as
 the server streamed them (transport.export_stream, docs/reference/export-format.md);
@@ -60,13 +62,20 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--target", help="host:port of the server (default: MEMORYD_LISTEN / settings)"
     )
     parser.add_argument("--timeout", type=float, help="seconds per call (default: none)")
-    parser.add_argument("--user", required=True, help="user_id of the scope")
+    # One spelling across the client commands and `memoryd mcp` (memoryd_client.mcp_server).
+    parser.add_argument("--user", help="user_id of the scope (required)")
     parser.add_argument("--api-key", help="API key (default: MEMORYD_API_KEY)")
+    parser.add_argument("--tls", action="store_true", help="TLS with the system's CA roots")
     parser.add_argument(
         "--tls-ca", type=Path, help="CA certificate (PEM) of a TLS server; without it: plaintext"
     )
     parser.add_argument("--tls-cert", type=Path, help="client certificate (PEM), for mutual TLS")
     parser.add_argument("--tls-key", type=Path, help="client private key (PEM), for mutual TLS")
+    # memoryd mcp's earlier spellings, kept working and out of the help.
+    parser.add_argument("--user-id", dest="user", help=argparse.SUPPRESS)
+    for old, dest in (("--ca-cert", "tls_ca"), ("--client-cert", "tls_cert")):
+        parser.add_argument(old, dest=dest, type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--client-key", dest="tls_key", type=Path, help=argparse.SUPPRESS)
 
 
 def _tiers_option(parser: argparse.ArgumentParser) -> None:
@@ -124,6 +133,9 @@ def run_client_command(args: argparse.Namespace) -> int | None:
     command = getattr(args, "command", None)
     if command not in _COMMANDS:
         return None
+    if not args.user:  # checked here: argparse's `required` would refuse --user-id
+        print(f"memoryd {command}: --user required", file=sys.stderr)
+        return 2
     settings = load_settings()
     target = args.target or settings.listen
     key = args.api_key or (settings.api_key.get_secret_value() if settings.api_key else None)
@@ -152,14 +164,14 @@ def run_client_command(args: argparse.Namespace) -> int | None:
 
 
 def _channel(target: str, args: argparse.Namespace) -> grpc.Channel:
-    if args.tls_ca is None:
+    if args.tls_ca is None and not args.tls:
         if args.tls_cert or args.tls_key:
-            raise _Failed("--tls-cert and --tls-key need --tls-ca")
+            raise _Failed("--tls-cert and --tls-key need --tls-ca or --tls")
         return grpc.insecure_channel(target)
     if bool(args.tls_cert) != bool(args.tls_key):
         raise _Failed("--tls-cert and --tls-key go together")
     credentials = grpc.ssl_channel_credentials(
-        root_certificates=args.tls_ca.read_bytes(),
+        root_certificates=args.tls_ca.read_bytes() if args.tls_ca else None,
         private_key=args.tls_key.read_bytes() if args.tls_key else None,
         certificate_chain=args.tls_cert.read_bytes() if args.tls_cert else None,
     )
@@ -255,6 +267,10 @@ def _import(stub: memory_pb2_grpc.MemoryServiceStub, args: argparse.Namespace) -
                 yield request
         except _Failed as err:
             problem = err
+            return
+        # Everything is sent; the server now checks the checksum and embeds and stores
+        # every item before it answers (seconds for a large file): say so meanwhile.
+        bar.wait("sent; memoryd is verifying and storing them")
 
     with bar, path.open(encoding="utf-8") as lines:
         try:
@@ -313,6 +329,7 @@ def _usage(stub: memory_pb2_grpc.MemoryServiceStub, args: argparse.Namespace) ->
         rest = zip(row[1:], widths[1:], strict=True)
         cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in rest]
         print("  ".join(cells).rstrip())
+    # The user's storage quotas; an API key's --rate-profile may set other rate limits.
     print(f"quota profile: {reply.quota_profile}")
     print(f"estimated monthly cost: ${reply.estimated_monthly_cost_usd:.4f}")
     for alert in reply.alerts:

@@ -4,7 +4,7 @@ Any orchestrator can run it (the image's HEALTHCHECK does). It prints one line a
 
     0  SERVING
     1  NOT_SERVING (or UNKNOWN): the server answered that it is not ready
-    2  bad command line (argparse)
+    2  bad command line (argparse), or settings that cannot be used (one line naming it)
     3  no answer: nothing listens there, the call timed out, or it failed otherwise
     4  the server does not know the service name asked for
 
@@ -98,10 +98,14 @@ def check(target: str, service: str = "", timeout_s: float = DEFAULT_TIMEOUT_S) 
 def run_health(args: argparse.Namespace) -> int:
     target: str | None = args.target
     if target is None:
-        from memoryd.settings import load_settings
+        from memoryd.settings import InvalidSettings, load_settings
 
         config: Path | None = getattr(args, "config", None)
-        target = loopback_target(load_settings(config).listen)
+        try:
+            target = loopback_target(load_settings(config).listen)
+        except InvalidSettings as exc:
+            print(f"memoryd health: {exc}", file=sys.stderr)
+            return 2
     answer = check(target, args.service, args.timeout)
     answered = answer.exit_code in (SERVING, NOT_SERVING)
     print(answer.line, file=sys.stdout if answered else sys.stderr)

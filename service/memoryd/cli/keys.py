@@ -45,7 +45,16 @@ def add_keys_command(subparsers: argparse._SubParsersAction) -> None:  # type: i
         help="a user the key may act for (repeatable; none: every user of the tenant; "
         "not with admin, which acts for every user)",
     )
-    create.add_argument("--profile", help="quota profile of its rate limits (default: the user's)")
+    create.add_argument(
+        "--rate-profile",
+        dest="profile",
+        metavar="PROFILE",
+        help="the quota profile whose rate limits (queries and writes per minute) the key "
+        "gets; storage quotas stay the user's (`memoryd usage` shows that quota profile). "
+        "Default: the user's quota profile",
+    )
+    # The old spelling: it read as "the key's quota profile", which it never was.
+    create.add_argument("--profile", dest="profile", help=argparse.SUPPRESS)
     create.add_argument("--name", default="", help="a note on whom the key is for")
 
     listing = actions.add_parser("list", help="list keys (never their secrets)")
@@ -98,7 +107,7 @@ def _create(keys: KeysFile, args: argparse.Namespace, settings: Settings) -> int
     known = set(settings.quotas.profiles) | {DEFAULT_PROFILE}
     if args.profile and args.profile not in known:
         print(
-            f"memoryd keys: unknown quota profile {args.profile!r}; "
+            f"memoryd keys: unknown quota profile {args.profile!r} for --rate-profile; "
             f"one of {', '.join(sorted(known))}",
             file=sys.stderr,
         )
@@ -139,14 +148,14 @@ def _describe(record: KeyRecord) -> str:
     users = ", ".join(record.users) if record.users else "every user"
     text = f"tenant {record.tenant}, role {record.role}, {users}"
     if record.profile:
-        text += f", profile {record.profile}"
+        text += f", rate limits of quota profile {record.profile}"
     if record.name:
         text += f" ({record.name})"
     return text
 
 
 def _list(keys: KeysFile, tenant: str | None) -> int:
-    rows = [("id", "tenant", "role", "users", "profile", "created", "status", "name")]
+    rows = [("id", "tenant", "role", "users", "rate_profile", "created", "status", "name")]
     for r in keys.records():
         if tenant and r.tenant != tenant:
             continue

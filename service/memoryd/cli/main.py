@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from memoryd.app import App, StartupRefused, build_app, build_embedder
+from memoryd.app import App, build_app, build_embedder, startup_refusal
 from memoryd.cli import progress
 from memoryd.cli.backup import BackupCorrupt, backup, restore
 from memoryd.cli.client_commands import add_client_commands, run_client_command
@@ -20,13 +20,15 @@ from memoryd.cli.keys import add_keys_command, audit_local, run_keys_command
 from memoryd.cli.mcp import add_mcp_command, run_mcp_command
 from memoryd.cli.progress import Progress
 from memoryd.cli.reindex import ReindexRefused, reindex
+from memoryd.console.cli import add_console_command, run_console_command
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.settings import Settings, load_settings
 from memoryd.stores.backup.port import BackupStore, BackupStoreError
 from memoryd.stores.embeddings import for_preparing
 from memoryd.transport.identity import check_exposure
+from memoryd.transport.logs import HANDLER_NAME as LOG_HANDLER_NAME
 from memoryd.transport.logs import configure_logging
-from memoryd.transport.server import serve
+from memoryd.transport.server import check_ports_free, serve
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     add_mcp_command(commands)
     add_health_command(commands)
     add_keys_command(commands)
+    add_console_command(commands)
     return parser
 
 
@@ -161,7 +164,9 @@ async def _maintain(settings: Settings) -> None:
 
 
 async def _serve(settings: Settings) -> None:
-    check_exposure(settings)  # before the model loads: a refusal should be quick
+    # Before the model loads: a refusal should be quick.
+    check_exposure(settings)
+    check_ports_free(settings)
     app = await build_app(settings)
     await serve(settings, app)
 
@@ -182,12 +187,34 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
-    if (rc := run_client_command(args)) is not None:
-        return rc
-    if args.command == "mcp":
-        return run_mcp_command(args)
-    if args.command == "health":
-        return run_health(args)
+    try:
+        if (rc := run_client_command(args)) is not None:
+            return rc
+        if args.command == "mcp":
+            return run_mcp_command(args)
+        if args.command == "health":
+            return run_health(args)
+        return _run(args)
+    except Exception as exc:
+        refusal = startup_refusal(exc)
+        if refusal is None:
+            raise
+        if not _logging_configured():  # the settings that choose the format failed
+            configure_logging()
+        logging.getLogger("memoryd").error("start-up refused: %s", refusal)
+        return 2
+
+
+def _logging_configured() -> bool:
+    return any(h.get_name() == LOG_HANDLER_NAME for h in logging.getLogger().handlers)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """A command that reads the settings; a start-up refusal is raised to `_main`."""
+    if args.command == "console":  # its --listen is the console's, not the server's
+        settings = load_settings(args.config)
+        configure_logging(settings.log_level, settings.log_format)
+        return run_console_command(args)
     overrides = {"listen": args.listen} if getattr(args, "listen", None) else {}
     settings = load_settings(args.config, **overrides)
     configure_logging(settings.log_level, settings.log_format)
@@ -195,22 +222,18 @@ def _main(argv: list[str] | None) -> int:
         return run_keys_command(args, settings)
     # A server's stderr is its log: no progress bar (the model loader's) belongs there.
     progress.quiet_library_bars(args.command != "serve" and not getattr(args, "no_progress", False))
-    try:
-        if args.command == "serve":
-            asyncio.run(_serve(settings))
-        elif args.command == "maintain":
-            asyncio.run(_maintain(settings))
-        elif args.command == "reindex":
-            return _reindex(settings, args)
-        elif args.command == "prepare-embedder":
-            embedder = build_embedder(for_preparing(settings))
-            embedder.warm()
-            print(f"embedder ready: {embedder.name} ({settings.embedder.provider})")
-        elif args.command == "backup":
-            return asyncio.run(_backup(settings, args))
-        elif args.command == "restore":
-            return asyncio.run(_restore(settings, args))
-    except StartupRefused as exc:
-        logging.getLogger("memoryd").error("start-up refused: %s", exc)
-        return 2
+    if args.command == "serve":
+        asyncio.run(_serve(settings))
+    elif args.command == "maintain":
+        asyncio.run(_maintain(settings))
+    elif args.command == "reindex":
+        return _reindex(settings, args)
+    elif args.command == "prepare-embedder":
+        embedder = build_embedder(for_preparing(settings))
+        embedder.warm()
+        print(f"embedder ready: {embedder.name} ({settings.embedder.provider})")
+    elif args.command == "backup":
+        return asyncio.run(_backup(settings, args))
+    elif args.command == "restore":
+        return asyncio.run(_restore(settings, args))
     return 0

@@ -9,6 +9,9 @@ backup code already take, and writes to stderr only, so stdout stays clean for d
 * elsewhere (cron, CI, a pipe) no carriage returns, which would fill a log with frames
   (tqdm always draws with them): a plain line when a job running for more than a few
   seconds passes 25, 50 and 75 %;
+* when the counted work is handed over and the command waits on someone else (import:
+  every item sent, the server verifying and storing them), `wait` says so at once, on the
+  bar's line on a terminal (until the final line replaces it), else as one line;
 * in both, one final line: the command's summary (or the final count), with the time
   taken and the rate.
 
@@ -101,6 +104,7 @@ class Progress:
         self._bar: _Bar | None = None  # on a terminal, from the first report on
         self._last_line = self._started  # off a terminal: the start, or the last line printed
         self._milestones_left = list(_MILESTONES)
+        self._waiting = 0  # on a terminal: the length of the waiting line to overwrite
 
     def __call__(self, done: int, total: int) -> None:
         with self._lock:
@@ -116,6 +120,25 @@ class Progress:
                 self._advance_bar()
             else:
                 self._milestone(now)
+
+    def wait(self, what: str) -> None:
+        """The counted work is done; say what the command now waits for (e.g. "sent;
+        memoryd is verifying and storing them"), after the count, until `close`. Without
+        it a long wait after the last item would show nothing at all."""
+        with self._lock:
+            if self._closed or not self.enabled:
+                return
+            self._milestones_left = []  # the count is final: no milestone line after this
+            line = f"{self._count_text(with_percent=False)} {what}"
+            if not self._tty:
+                self._write(f"{line}\n")
+                return
+            if self._bar is not None:
+                self._bar.leave = False  # erased: the waiting line takes its place
+                self._bar.close()
+                self._bar = None
+            self._write(f"\r{line} ...")
+            self._waiting = len(line) + 4
 
     @property
     def total(self) -> int:
@@ -136,7 +159,10 @@ class Progress:
             if not self.enabled or (summary is None and not self._updated):
                 return
             line = summary if summary is not None else self._count_text(with_percent=False)
-            self._write(f"{line} [{self._stats(self._clock(), eta=False)}]\n")
+            line = f"{line} [{self._stats(self._clock(), eta=False)}]"
+            if self._waiting:  # over the waiting line, blanking what it leaves
+                line = "\r" + line.ljust(self._waiting)
+            self._write(f"{line}\n")
 
     def __enter__(self) -> Progress:
         return self
@@ -155,6 +181,8 @@ class Progress:
             self._closed = True
             if self._bar is not None:
                 self._bar.close()  # leave=True: the frame stays, followed by a newline
+            elif self._waiting:
+                self._write("\n")
 
     # -- rendering (callers hold the lock) --
 

@@ -7,9 +7,12 @@ Nothing here looks at stored data, so a refusal cannot tell whether another user
 
 | role   | may                                                                   |
 |--------|-----------------------------------------------------------------------|
-| reader | READ: Retrieve, Get, RenderContext, Export, Usage                     |
-| agent  | READ and WRITE: also Add, Delete, Prune (not a whole-user erasure), EndSession |
-| admin  | everything: also ERASE (Prune ALL with no tier named) and RESTORE (Import) |
+| reader | READ: Retrieve, Get, RenderContext, Export, Usage, ListMemories; LIST: ListUsers |
+| agent  | READ and WRITE: also Add, Delete, Prune (not an erasure), EndSession           |
+| admin  | everything: also LIST, ERASE and RESTORE (Import)                              |
+
+ERASE is Prune ALL with no tier named (the whole user), or naming a tier that keeps a cold
+archive (the tier and its archive): transport/identity.py `action_of` tells them apart.
 
 agent and reader credentials may be bound to users (then only those); admin ones act for
 every user of their tenant.
@@ -20,27 +23,32 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
-from memoryd.core.errors import PermissionDenied
+from memoryd.core.errors import PermissionDenied, echo
 from memoryd.core.models import AccessRole, Principal
 
 
 class Action(StrEnum):
     READ = "read"
     WRITE = "write"
-    # Erasing a user everywhere (tiers, archive, backups).
+    # Erasing a user everywhere (tiers, archive, backups), or a tier with its cold archive.
     ERASE = "erase"
     # Writing a whole export back (Import); backup/restore are its local counterparts.
     RESTORE = "restore"
+    # Listing the tenant's users (operators: reader and admin; an agent acts for users,
+    # it has no business enumerating them).
+    LIST = "list"
 
 
 GRANTS: Mapping[AccessRole, frozenset[Action]] = {
-    AccessRole.READER: frozenset({Action.READ}),
+    AccessRole.READER: frozenset({Action.READ, Action.LIST}),
     AccessRole.AGENT: frozenset({Action.READ, Action.WRITE}),
     AccessRole.ADMIN: frozenset(Action),
 }
 
 # Actions only an admin may take: each one goes to the audit log.
-ADMIN_ACTIONS: frozenset[Action] = GRANTS[AccessRole.ADMIN] - GRANTS[AccessRole.AGENT]
+ADMIN_ACTIONS: frozenset[Action] = (
+    GRANTS[AccessRole.ADMIN] - GRANTS[AccessRole.AGENT] - GRANTS[AccessRole.READER]
+)
 
 
 class InvalidGrant(ValueError):
@@ -52,12 +60,12 @@ def parse_role(value: object) -> AccessRole:
         return AccessRole(str(value).strip().lower())
     except ValueError:
         roles = ", ".join(r.value for r in AccessRole)
-        raise InvalidGrant(f"role {value!r} is not one of {roles}") from None
+        raise InvalidGrant(f"role {echo(str(value))!r} is not one of {roles}") from None
 
 
 def _check_name(what: str, value: str) -> str:
     if not value or not value.strip() or any(ord(c) < 32 for c in value):
-        raise InvalidGrant(f"{what} {value!r} is empty or has control characters")
+        raise InvalidGrant(f"{what} {echo(value)!r} is empty or has control characters")
     return value
 
 

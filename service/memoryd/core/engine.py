@@ -17,6 +17,7 @@ from memoryd.core.errors import (
     StoreUnavailable,
     Unimplemented,
 )
+from memoryd.core.lifecycle.browse import Browser
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.erasure import Erasure
 from memoryd.core.lifecycle.usage import usage_report
@@ -29,6 +30,8 @@ from memoryd.core.models import (
     GetResult,
     ImportResult,
     Lookup,
+    MemoriesPage,
+    MemoriesQuery,
     MemoryRecord,
     PruneCommand,
     PruneResult,
@@ -39,6 +42,8 @@ from memoryd.core.models import (
     Scope,
     Tier,
     UsageReport,
+    UsersPage,
+    UsersQuery,
 )
 from memoryd.core.observe import NullObserver, Observer, text_sha256, user_hash
 from memoryd.core.retrieval.render_context import (
@@ -122,8 +127,11 @@ class MemoryEngine:
         erasure: Erasure | None = None,
         sessions: Sessions | None = None,
         observer: Observer | None = None,
+        browser: Browser | None = None,
     ) -> None:
         self._tiers = dict(tiers)
+        # ListUsers / ListMemories; told of every write and erasure (the user directory).
+        self._browser = browser
         self._sessions = sessions
         self._observer = observer or NullObserver()
         self._erasure = erasure
@@ -171,6 +179,7 @@ class MemoryEngine:
         if result.evicted_keys:
             self._observer.deleted(cmd.tier, "evicted", len(result.evicted_keys))
         result.command = command
+        await self._noted([cmd.scope])
         return result
 
     async def add_batch(
@@ -211,6 +220,13 @@ class MemoryEngine:
                 self._observer.quota_alert(tier, "exceeded")
             for i, outcome in zip(indices, done, strict=True):
                 outcomes[i] = outcome
+        await self._noted(
+            [
+                c.scope
+                for c, o in zip(items, outcomes, strict=True)
+                if isinstance(c, AddCommand) and isinstance(o, AddResult)
+            ]
+        )
         return [o for o in outcomes if o is not None]
 
     async def end_session(self, cmd: EndSessionCommand) -> EndSessionResult:
@@ -411,7 +427,10 @@ class MemoryEngine:
         if not cmd.tiers and cmd.strategy is PruneStrategy.ALL:
             if self._erasure is None:
                 raise Unimplemented("erasing a user (this server has no erasure configured)")
-            return await self._erasure.erase(cmd, requested_by)
+            erased = await self._erasure.erase(cmd, requested_by)
+            if self._browser is not None and not cmd.dry_run:
+                await self._browser.erased(cmd.scope)
+            return erased
         result = PruneResult(dry_run=cmd.dry_run)
         for tier in dict.fromkeys(cmd.tiers) if cmd.tiers else self._tiers:
             count = await self._tier(tier).prune(cmd)
@@ -529,7 +548,29 @@ class MemoryEngine:
             done = await self._tier(tier).restore(scope, items, auto_prune)
             result.imported_count += done.imported_count
             result.skipped_count += done.skipped_count
+        await self._noted([scope] if result.imported_count else [])
         return result
+
+    async def _noted(self, scopes: Sequence[Scope]) -> None:
+        """Tell the user directory of writes that landed (each user once)."""
+        if self._browser is not None:
+            for tenant, user in dict.fromkeys((s.tenant, s.user_id) for s in scopes):
+                await self._browser.noted(Scope(tenant, user))
+
+    async def list_users(self, query: UsersQuery) -> UsersPage:
+        return await self._browsing().users(query)
+
+    async def list_memories(self, query: MemoriesQuery) -> MemoriesPage:
+        v = Violations()
+        check_scope(v, query.scope, self._limits)
+        check_filters(v, "filters", query.filters, self._limits)
+        v.raise_if_any()
+        return await self._browsing().memories(query)
+
+    def _browsing(self) -> Browser:
+        if self._browser is None:
+            raise Unimplemented("browsing users and memories")
+        return self._browser
 
     async def usage(self, scope: Scope) -> UsageReport:
         v = Violations()

@@ -7,6 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# How much of a request's own text an error may quote: a whole metadata key of legal length
+# (64 bytes by default), never so much that the error outgrows the trailing metadata it
+# travels in (grpc refuses trailers past 8 KiB by default: the caller would see
+# RESOURCE_EXHAUSTED instead of the error).
+ECHO_CHARS = 64
+
+
+def echo(text: str, limit: int = ECHO_CHARS) -> str:
+    """`text` as an error may quote it: at most `limit` characters, cut with an ellipsis.
+    Every quote of client input in an error (message, field, detail) goes through here."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "\u2026"
+
 
 class MemorydError(Exception):
     """Base of every error the core raises on purpose."""

@@ -149,6 +149,32 @@ class FactVersion:
     replaced_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class ScoreComponents:
+    """Why a hit ranked where it did: the signals and steps of the ranking (docs/ranking.md).
+
+    `dense` is the cosine to the query (clipped at 0) and `keyword` the memory's BM25 under
+    the user's own IDF, `keyword_share` the IDF-weighted share of the query's terms it holds;
+    `fused` their convex fusion over the candidate pool; the lifts are what was added for
+    the speaker the query names, the time it names and the memory's conversation (best
+    neighbouring turn, question hand-off); `rank` is what the candidates were ordered by;
+    `mmr_penalty` what the memory's likeness to an earlier pick took off it (0 when not
+    diversified); `relevance` the absolute 0..1 score before the conversation lift and
+    `final` the score returned."""
+
+    dense: float
+    keyword: float
+    keyword_share: float
+    fused: float
+    speaker_lift: float
+    time_lift: float
+    conversation_lift: float
+    rank: float
+    mmr_penalty: float
+    relevance: float
+    final: float
+
+
 @dataclass
 class MemoryRecord:
     """One memory as callers see it. Times are epoch seconds (UTC)."""
@@ -186,6 +212,9 @@ class MemoryRecord:
     position: int = 0
     # Retrieve with a context window: the neighbouring turns of a hit, in session order.
     context: list[MemoryRecord] = field(default_factory=list)
+    # A hit of a ranked search: how its score came about (None for anything else). An
+    # explanation, not part of the memory: records compare equal without it.
+    components: ScoreComponents | None = field(default=None, compare=False)
 
     @property
     def when(self) -> float:
@@ -410,3 +439,46 @@ class EndSessionResult:
     extraction_skipped: bool = False
     extraction_skipped_reason: str = ""
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class UsersQuery:
+    """ListUsers: a page of the tenant's users (the principal's tenant)."""
+
+    tenant: str
+    prefix: str = ""
+    page_size: int = 0
+    page_token: str = ""
+    # The users a bound credential may see; empty: every user of the tenant.
+    only: frozenset[str] = frozenset()
+
+
+@dataclass
+class UserSummary:
+    user_id: str
+    usage: UsageReport
+    last_active: float
+
+
+@dataclass
+class UsersPage:
+    users: list[UserSummary]
+    next_page_token: str = ""
+
+
+@dataclass
+class MemoriesQuery:
+    """ListMemories: a page of a user's memories across the vector-store tiers."""
+
+    scope: Scope
+    tiers: list[Tier] = field(default_factory=list)
+    kinds: list[Kind] = field(default_factory=list)
+    filters: dict[str, str] = field(default_factory=dict)
+    page_size: int = 0
+    page_token: str = ""
+
+
+@dataclass
+class MemoriesPage:
+    items: list[MemoryRecord]
+    next_page_token: str = ""

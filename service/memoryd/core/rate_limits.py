@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 
-from memoryd.core.errors import RateLimited
+from memoryd.core.errors import QuotaExceeded, RateLimited
 from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.models import Principal, Scope
 from memoryd.stores.ratelimit.port import BucketKey, BucketsUnavailable, Rate, TokenBuckets
@@ -56,14 +56,18 @@ class RateLimits:
             return profile.queries_per_minute
         return profile.writes_per_minute
 
-    async def _take(self, principal: Principal, scope: Scope, kind: Limited) -> float | None:
+    async def _take(
+        self, principal: Principal, scope: Scope, kind: Limited, cost: int = 1
+    ) -> float | None:
         """None when the call may go on, else the seconds until it may."""
         per_minute = self.per_minute(principal, scope, kind)
         if per_minute is None:
             return None
         key = BucketKey(scope.tenant, scope.user_id, kind.value)
         try:
-            taken = await self._buckets.take(key, Rate.per_minute(per_minute), self._clock())
+            taken = await self._buckets.take(
+                key, Rate.per_minute(per_minute), self._clock(), float(cost)
+            )
         except BucketsUnavailable as exc:
             # Limits protect capacity, not data: without their store, calls go on.
             now = time.monotonic()
@@ -80,12 +84,23 @@ class RateLimits:
     async def allow_query(self, principal: Principal, scope: Scope) -> bool:
         return await self._take(principal, scope, Limited.QUERY) is None
 
-    async def charge_write(self, principal: Principal, scope: Scope) -> None:
-        """Take one write token, or raise RateLimited (nothing may be written then)."""
-        retry_after = await self._take(principal, scope, Limited.WRITE)
+    async def charge_write(self, principal: Principal, scope: Scope, writes: int = 1) -> None:
+        """Take `writes` write tokens at once (an AddBatch's items for this user), or raise
+        RateLimited (nothing may be written then). More writes than the bucket ever holds
+        are refused as a quota with no retry delay: waiting would never let them through."""
+        limit = self.per_minute(principal, scope, Limited.WRITE)
+        if limit is not None and writes > limit:
+            raise QuotaExceeded(
+                subject=f"rate:{scope.user_id}",
+                limit_name="writes_per_minute",
+                limit=limit,
+                message=f"{writes:,} writes for one user in one call exceed the write rate "
+                f"limit (max: {limit:,} writes per minute); split the batch, or upgrade the plan",
+            )
+        retry_after = await self._take(principal, scope, Limited.WRITE, writes)
         if retry_after is None:
             return
-        limit = self.per_minute(principal, scope, Limited.WRITE) or 0
+        limit = limit or 0
         raise RateLimited(
             subject=f"rate:{scope.user_id}",
             limit_name="writes_per_minute",

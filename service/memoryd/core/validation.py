@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from memoryd.core.errors import FieldViolation, InvalidArgument
+from memoryd.core.errors import FieldViolation, InvalidArgument, echo
 from memoryd.core.models import Scope
 from memoryd.core.text import utf8_len
 from memoryd.settings import LimitSettings
@@ -85,9 +85,13 @@ def check_metadata(
         return
     for key, value in metadata.items():
         if not key or utf8_len(key) > limits.max_metadata_key_bytes:
-            v.add(f"{field}[{key!r}]", f"keys must be 1..{limits.max_metadata_key_bytes} bytes")
+            v.add(
+                f"{field}[{echo(key)!r}]", f"keys must be 1..{limits.max_metadata_key_bytes} bytes"
+            )
         elif utf8_len(value) > limits.max_metadata_value_bytes:
-            v.add(f"{field}[{key!r}]", f"value is over {limits.max_metadata_value_bytes} bytes")
+            v.add(
+                f"{field}[{echo(key)!r}]", f"value is over {limits.max_metadata_value_bytes} bytes"
+            )
 
 
 # The key alphabet: the metadata keys a Retrieve/Prune filter may name, and the document
@@ -109,7 +113,7 @@ def check_filters(
     for key in filters:
         sized = 0 < utf8_len(key) <= limits.max_metadata_key_bytes  # else refused above
         if sized and not is_filter_key(key):
-            v.add(f"{field}[{key!r}]", f"keys must be {FILTER_KEY_RULE}")
+            v.add(f"{field}[{echo(key)!r}]", f"keys must be {FILTER_KEY_RULE}")
 
 
 def check_fraction(v: Violations, field: str, value: float | None) -> None:

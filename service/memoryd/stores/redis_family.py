@@ -31,13 +31,17 @@ def redis_url(settings: Settings, store: str, *, cluster: bool = False) -> str:
 
 
 def family_adapters(
-    in_process: Callable[[], T], redis: Callable[[str, bool], T], store: str
+    in_process: Callable[[], T], redis: Callable[[str, bool, float], T], store: str
 ) -> dict[str, Callable[[Settings], T]]:
     """The adapter registry of a store kept in Redis when one is configured (`store` names
-    it in errors): `in_process()` builds the fallback, `redis(url, cluster)` the Redis or
-    Redis Cluster adapter; each imports its module when called."""
+    it in errors): `in_process()` builds the fallback, `redis(url, cluster, timeout_s)` the
+    Redis or Redis Cluster adapter; each imports its module when called."""
     return {
         "in_process": lambda settings: in_process(),
-        "redis": lambda settings: redis(redis_url(settings, store), False),
-        "redis_cluster": lambda settings: redis(redis_url(settings, store, cluster=True), True),
+        "redis": lambda settings: redis(
+            redis_url(settings, store), False, settings.redis_timeout_seconds
+        ),
+        "redis_cluster": lambda settings: redis(
+            redis_url(settings, store, cluster=True), True, settings.redis_timeout_seconds
+        ),
     }

@@ -27,6 +27,8 @@ from memoryd.core.models import (
     GetResult,
     Kind,
     Lookup,
+    MemoriesPage,
+    MemoriesQuery,
     MemoryRecord,
     Operation,
     Principal,
@@ -43,6 +45,8 @@ from memoryd.core.models import (
     Tier,
     TierUsage,
     UsageReport,
+    UsersPage,
+    UsersQuery,
 )
 from memoryd.core.retrieval.render_context import RenderedContext
 from memoryd.transport import status_map
@@ -223,7 +227,12 @@ def item_error(exc: MemorydError) -> pb.ItemError:
     """What a single Add of the item would have failed with, as one batch result's error."""
     row = status_map.row_of(exc)
     field = exc.violations[0].field if isinstance(exc, InvalidArgument) and exc.violations else ""
-    return pb.ItemError(code=row.code.value[0], message=str(exc), field=field, reason=row.reason)
+    return pb.ItemError(
+        code=row.code.value[0],
+        message=status_map.message_of(exc),
+        field=status_map.field_of(field),
+        reason=row.reason,
+    )
 
 
 def add_batch_response(
@@ -546,3 +555,67 @@ def end_session_response(result: EndSessionResult) -> pb.EndSessionResponse:
         extraction_skipped_reason=result.extraction_skipped_reason,
         warnings=result.warnings,
     )
+
+
+# Browsing (ListUsers, ListMemories) and explain.
+
+
+def users_query(req: pb.ListUsersRequest, principal: Principal) -> UsersQuery:
+    return UsersQuery(
+        tenant=principal.tenant,
+        prefix=req.user_id_prefix,
+        page_size=req.page_size,
+        page_token=req.page_token,
+        only=principal.users,
+    )
+
+
+def users_response(page: UsersPage) -> pb.ListUsersResponse:
+    users = []
+    for user in page.users:
+        usage = usage_response(user.usage)
+        summary = pb.UserSummary(user_id=user.user_id, tiers=usage.tiers, alerts=usage.alerts)
+        if user.last_active:
+            _set_time(summary.last_active_at, user.last_active)
+        users.append(summary)
+    return pb.ListUsersResponse(users=users, next_page_token=page.next_page_token)
+
+
+def memories_query(req: pb.ListMemoriesRequest, principal: Principal) -> MemoriesQuery:
+    return MemoriesQuery(
+        scope=scope_from_proto(req.scope, principal),
+        tiers=tiers_from_proto(req.tiers),
+        kinds=[enum_from_proto(Kind, k, f"kinds[{i}]") for i, k in enumerate(req.kinds)],
+        filters=dict(req.filters),
+        page_size=req.page_size,
+        page_token=req.page_token,
+    )
+
+
+def memories_response(page: MemoriesPage) -> pb.ListMemoriesResponse:
+    return pb.ListMemoriesResponse(
+        items=[memory_item(r) for r in page.items], next_page_token=page.next_page_token
+    )
+
+
+def explain_scores(response: pb.RetrieveResponse, records: Sequence[MemoryRecord]) -> None:
+    """RetrieveRequest.explain: each hit's score components, as its tier's ranking gave
+    them (the hot tiers rank by recency: their hits carry the final score alone)."""
+    for item, record in zip(response.items, records, strict=True):
+        out = item.explain
+        out.final = item.score
+        parts = record.components
+        if parts is None:
+            continue
+        out.dense = parts.dense
+        out.keyword = parts.relevance - parts.dense
+        out.fused, out.bm25, out.keyword_share = parts.fused, parts.keyword, parts.keyword_share
+        out.relevance, out.rank, out.mmr = parts.relevance, parts.rank, -parts.mmr_penalty
+        out.lifts["conversation"] = parts.final - parts.relevance
+        for name, lift in (
+            ("speaker (rank)", parts.speaker_lift),
+            ("time (rank)", parts.time_lift),
+            ("conversation (rank)", parts.conversation_lift),
+        ):
+            if lift:
+                out.lifts[name] = lift

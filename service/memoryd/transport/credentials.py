@@ -162,27 +162,51 @@ class JwtVerifier:
                 audience=cfg.audience,
                 issuer=cfg.issuer,
                 leeway=cfg.leeway_seconds,
-                options={"require": required},
+                # PyJWT refuses a `sub` that is not a string; ours may list users (checked
+                # below with the other claims).
+                options={"require": required, "verify_sub": False},
             )
         except jwt.ExpiredSignatureError:
             raise Unauthenticated(EXPIRED, "token expired", key_id=kid) from None
         except (jwt.PyJWTError, KeyError, OSError, ValueError) as exc:
             # PyJWT's messages name the failed check (audience, signature, ...), not the token.
             raise _invalid("invalid token", key_id=kid, detail=f"jwt: {exc}") from None
-        users = claims.get(cfg.user_claim)
-        bound = [users] if isinstance(users, str) else list(users or [])
         try:
             return make_principal(
-                tenant=str(claims.get(cfg.tenant_claim) or ""),
-                role=str(claims.get(cfg.role_claim) or ""),
-                users=[str(u) for u in bound],
-                subject=f"jwt:{claims.get('sub', '')}",
+                tenant=_text_claim(claims, cfg.tenant_claim),
+                role=_text_claim(claims, cfg.role_claim),
+                users=_names_claim(claims, cfg.user_claim),
+                subject="jwt:" + ",".join(_names_claim(claims, "sub")),
                 credential="jwt",
-                key_id=kid or str(claims.get("jti") or ""),
-                profile=str(claims.get(cfg.profile_claim) or "") if cfg.profile_claim else None,
+                key_id=kid or _text_claim(claims, "jti"),
+                profile=_text_claim(claims, cfg.profile_claim) if cfg.profile_claim else None,
             )
         except InvalidGrant as exc:
             raise _invalid("invalid token", key_id=kid, detail=f"jwt claims: {exc}") from None
+
+
+def _text_claim(claims: Mapping[str, Any], name: str) -> str:
+    """A claim that names one thing (tenant, role, profile): a string, or absent. Anything
+    else is refused, never turned into a name ("['acme', 'globex']" is no tenant)."""
+    value = claims.get(name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidGrant(f"claim {name!r} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _names_claim(claims: Mapping[str, Any], name: str) -> list[str]:
+    """A claim that may name several users (`sub` by default): a string, a non-empty list
+    of strings, or absent."""
+    value = claims.get(name)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return value
+    raise InvalidGrant(f"claim {name!r} must be a string or a non-empty list of strings")
 
 
 _ATTRIBUTES = {

@@ -22,7 +22,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from memoryd.core.errors import InvalidArgument
+from memoryd.core.errors import InvalidArgument, echo
 from memoryd.core.models import Tier
 from memoryd.transport import convert
 from memoryd.v1 import memory_pb2 as pb
@@ -252,7 +252,7 @@ class Receiver:
                 known = ", ".join(repr(f) for f in _ITEM_FORMS)
                 raise InvalidArgument.of(
                     "trailer.checksum_format",
-                    f"unknown {trailer.checksum_format!r}; use one of {known}",
+                    f"unknown {echo(trailer.checksum_format)!r}; use one of {known}",
                 )
             checksum = Checksum(trailer.checksum_format)
             for item in self._items:

@@ -36,6 +36,7 @@ from memoryd.app import StartupRefused
 from memoryd.core.access import ADMIN_ACTIONS, Action, anonymous, authorize
 from memoryd.core.errors import MemorydError, PermissionDenied, Unauthenticated
 from memoryd.core.models import AccessRole, Principal
+from memoryd.core.tiers.registry import TIERS
 from memoryd.settings import Settings
 from memoryd.stores.audit.port import AuditLog, AuditLogError
 from memoryd.stores.keys.file import TOKEN_PREFIX, KeysFile, KeysFileError
@@ -68,16 +69,27 @@ ACTIONS: Mapping[str, Action] = {
     "Usage": Action.READ,
     "RenderContext": Action.READ,
     "EndSession": Action.WRITE,
+    "ListUsers": Action.LIST,
+    "ListMemories": Action.READ,
 }
 
 
+# Tiers whose Prune ALL also erases the user's cold archive of them (proto numbers).
+_ARCHIVED_TIERS = frozenset(
+    pb.Tier.Value(f"TIER_{tier.name}") for tier, s in TIERS.items() if s.archive_after_setting
+)
+
+
 def action_of(rpc: str, request: Message | None) -> Action | None:
-    """The action a call takes; Prune ALL with no tier named erases the whole user."""
+    """The action a call takes. Prune ALL erases: with no tier named the whole user, and
+    on a tier that keeps a cold archive that archive too (so naming every tier is no way
+    around the erasure's grant and audit line). ALL on the other tiers (ending a task or a
+    session, clearing persona facts or entities) is a write."""
     if (
         rpc == "Prune"
         and isinstance(request, pb.PruneRequest)
         and request.strategy == pb.PRUNE_STRATEGY_ALL
-        and not request.tiers
+        and (not request.tiers or not _ARCHIVED_TIERS.isdisjoint(request.tiers))
     ):
         return Action.ERASE
     return ACTIONS.get(rpc)

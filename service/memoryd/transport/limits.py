@@ -3,9 +3,11 @@
 * Queries (Retrieve, RenderContext) past the caller's rate are answered softly, never with
   an error: the answer to the same request from the last `rate_cache_seconds` if this
   process has one, else an empty answer; either way with `rate_limited = true`.
-* Writes (Add, Delete, Prune, Import, EndSession) past theirs fail with RESOURCE_EXHAUSTED
-  (RetryInfo, QuotaFailure) before the servicer runs: nothing is written. An Import is
-  charged when its first message arrives.
+* Writes (Add, AddBatch, Delete, Prune, Import, EndSession) past theirs fail with
+  RESOURCE_EXHAUSTED (RetryInfo, QuotaFailure) before the servicer runs: nothing is
+  written. An AddBatch costs each of its users one write per item of that user, all taken
+  before any is stored; an Import is charged once, when its first message arrives. A write
+  forgets the cached answers of every user it wrote for.
 
 Callers without a limit (auth off) skip all of this, caching included. Runs after identity,
 so refused callers spend no tokens.
@@ -13,7 +15,7 @@ so refused callers spend no tokens.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -109,6 +111,17 @@ class RateLimiting(AroundCall):
             return None  # no limit (or an invalid request, refused further in)
         return Scope(tenant=principal.tenant, user_id=user)
 
+    def _writes(self, principal: Principal, request: Message) -> dict[Scope, int]:
+        """The writes a unary call makes, per user: one, or for an AddBatch one per item of
+        each user (an item without a user is refused further in, and costs nothing)."""
+        if not self._limits.limited(principal):
+            return {}
+        if isinstance(request, pb.AddBatchRequest):
+            users = Counter(item.scope.user_id for item in request.items if item.scope.user_id)
+            return {Scope(tenant=principal.tenant, user_id=u): n for u, n in users.items()}
+        scope = self._scope(principal, request)
+        return {} if scope is None else {scope: 1}
+
     def _query(self, rpc: str, behavior: Behavior, empty: type[Message]) -> Behavior:
         async def call(request: Message, context: Context) -> Message:
             principal = self._calls.principal()
@@ -135,13 +148,13 @@ class RateLimiting(AroundCall):
             if not self._limits.limited(principal):
                 return await behavior(request, context)
             if isinstance(request, Message):
-                scope = self._scope(principal, request)
-                if scope is not None:
-                    await self._limits.charge_write(principal, scope)
+                writes = self._writes(principal, request)
+                for scope, count in writes.items():
+                    await self._limits.charge_write(principal, scope, count)
                 try:
                     return await behavior(request, context)
                 finally:
-                    if scope is not None:
+                    for scope in writes:
                         self._cache.forget_user(scope.tenant, scope.user_id)
             charged: list[Scope] = []
             try:

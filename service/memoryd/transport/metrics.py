@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Literal
@@ -24,6 +24,14 @@ from prometheus_client.registry import Collector
 
 from memoryd.core.models import Tier
 from memoryd.stores.embeddings.cache import CacheStats
+from memoryd.stores.usage.port import (
+    Correction,
+    Counted,
+    CounterKey,
+    Reservation,
+    Snapshot,
+    UsageCounters,
+)
 
 Kind = Literal["counter", "gauge", "histogram"]
 
@@ -185,7 +193,12 @@ MEMORY_STORAGE = MetricSpec(
     "Content bytes stored, over all users, by memory type (vector tiers).",
     ("memory_type",),
     notes="Named as in RT-005. Set by a storage survey at server start and after each "
-    "maintenance run; hot tiers are bounded per scope and not surveyed.",
+    "maintenance run, and moved between surveys by every change the usage counters count "
+    "on this replica (a write that lands, a removal, a maintenance correction), so a bulk "
+    "import shows at once; a deletion counts when it is made, before maintenance purges "
+    "it. With several replicas each one's figure holds its own changes since its last "
+    "survey (the maintenance lease holder surveys every run). Hot tiers are bounded per "
+    "scope and not surveyed.",
 )
 MEMORY_AGE = MetricSpec(
     "memory_age_days",
@@ -293,6 +306,60 @@ class Metrics:
 
     def set_store_up(self, store: str, up: bool) -> None:
         self.store_up.labels(store).set(1 if up else 0)
+
+
+class StorageGauge:
+    """The usage counters (a `UsageCounters` adapter), also moving `memory_storage_bytes`
+    by every byte they count as landed or removed, so the gauge is live between storage
+    surveys instead of holding the last survey's figure for an hour."""
+
+    def __init__(self, counters: UsageCounters, metrics: Metrics) -> None:
+        self.counters = counters
+        self._gauge = metrics.memory_storage
+
+    def _move(self, key: CounterKey, size: int) -> None:
+        if size:  # counters of items alone (the entity tier's) move no bytes
+            # Per-agent counters are named "<tier>/<agent_id>".
+            self._gauge.labels(key.tier.partition("/")[0]).inc(size)
+
+    async def get(self, key: CounterKey) -> Counted | None:
+        return await self.counters.get(key)
+
+    async def init(self, key: CounterKey, held: Counted) -> bool:
+        # A counter rebuilt from the store: what it holds is stored already (surveyed).
+        return await self.counters.init(key, held)
+
+    async def reserve(
+        self, key: CounterKey, count: int, size: int, max_count: int, max_bytes: int
+    ) -> Reservation:
+        return await self.counters.reserve(key, count, size, max_count, max_bytes)
+
+    async def settle(self, key: CounterKey, count: int, size: int, ids: Sequence[str]) -> None:
+        await self.counters.settle(key, count, size, ids)
+        self._move(key, size)
+
+    async def release(self, key: CounterKey, count: int, size: int) -> None:
+        await self.counters.release(key, count, size)  # never landed: never added
+
+    async def forget(self, key: CounterKey, removed: Mapping[str, int]) -> Counted:
+        uncounted = await self.counters.forget(key, removed)
+        self._move(key, -uncounted.bytes)
+        return uncounted
+
+    async def snapshot(self, key: CounterKey) -> Snapshot | None:
+        return await self.counters.snapshot(key)
+
+    async def correct(self, key: CounterKey, version: int, held: Counted) -> Correction | None:
+        done = await self.counters.correct(key, version, held)
+        if done is not None:
+            self._move(key, done.after.bytes - done.before.bytes)
+        return done
+
+    async def drop(self, key: CounterKey) -> None:
+        await self.counters.drop(key)
+
+    async def close(self) -> None:
+        await self.counters.close()
 
 
 class _StoreCall:

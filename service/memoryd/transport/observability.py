@@ -6,7 +6,8 @@ costs no write of its own; on failures too) and is on every log line written
 while the call is served (and on those of work queued on its behalf, see
 core/lifecycle/write_behind.py). When the call ends: `memoryd_rpc_requests_total`,
 `memoryd_rpc_duration_seconds`, and one `rpc` log line with the method, status code,
-latency, request id, tenant and key id.
+latency, request id, tenant and key id. It also records the caller's deadline, which
+bounds the call's store calls (stores/call_budget.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 from memoryd.core.observe import bind_request_id, correlated
+from memoryd.stores import call_budget
 from memoryd.transport.interceptors import (
     SERVICE_PREFIX,
     AroundCall,
@@ -101,6 +103,8 @@ class Observability(AroundCall):
             # Trailing metadata goes out with the status, in the same batch; sending it as
             # initial metadata would cost a write of its own before the response.
             context.set_trailing_metadata(((REQUEST_ID_HEADER, rid),))
+            # Store calls end before the caller's deadline (stores/call_budget.py).
+            call_budget.start(context.time_remaining())
             try:
                 response = await behavior(request, context)
                 code = context.code() or grpc.StatusCode.OK
@@ -125,6 +129,7 @@ class Observability(AroundCall):
         in_flight.inc()
         with correlated(caller_request_id(details.invocation_metadata)) as rid:
             context.set_trailing_metadata(((REQUEST_ID_HEADER, rid),))
+            budget = call_budget.start(context.time_remaining())
             try:
                 yield
                 code = context.code() or grpc.StatusCode.OK
@@ -132,6 +137,7 @@ class Observability(AroundCall):
                 code = _failed_with(exc, context)
                 raise
             finally:
+                call_budget.end(budget)
                 in_flight.dec()
                 self._finish(method, code, duration, time.perf_counter() - started)
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 from typing import Any
 
 import grpc
@@ -14,6 +16,7 @@ from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from memoryd.app import App, StartupRefused
 from memoryd.settings import Settings
+from memoryd.transport.grpc_logs import withhold_header_values
 from memoryd.transport.health import SERVICE_NAME, HealthMonitor
 from memoryd.transport.identity import Identity, build_authenticator, check_exposure
 from memoryd.transport.interceptors import CallChain, CallContext, ErrorMapping
@@ -31,6 +34,7 @@ class MemorydServer:
     def __init__(self, settings: Settings, app: App, health_interval_s: float = 2.0) -> None:
         self._settings = settings
         self._app = app
+        withhold_header_values()  # before any call: no credential may reach the log
         metrics = app.telemetry.metrics
         self._health = HealthMonitor(
             app.probes,
@@ -58,6 +62,9 @@ class MemorydServer:
             options=[
                 ("grpc.max_receive_message_length", max_bytes),
                 ("grpc.max_send_message_length", max_bytes),
+                # grpc sets SO_REUSEPORT by default: a second server on the same port would
+                # start and take half of the new connections. One server per port.
+                ("grpc.so_reuseport", 0),
             ],
         )
         # Outermost first: the request id, metrics and log line see every outcome; errors
@@ -94,11 +101,21 @@ class MemorydServer:
         return self._health
 
     async def start(self) -> int:
-        self.port = self._add_port()
+        listen = self._settings.listen
+        try:
+            self.port = self._add_port()
+        except RuntimeError:  # grpc's "Failed to bind to address"
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"cannot listen on {self._settings.listen}")
+            raise StartupRefused(cannot_listen("MEMORYD_LISTEN", listen))
         if self._metrics_listener is not None:
-            self.metrics_port = self._metrics_listener.start()
+            try:
+                self.metrics_port = self._metrics_listener.start()
+            except OSError as exc:
+                metrics = self._settings.metrics.listen
+                raise StartupRefused(
+                    cannot_listen("MEMORYD_METRICS__LISTEN", metrics, exc)
+                ) from exc
             log.info("metrics on port %d", self.metrics_port)
         await self._health.start()
         await self._app.start()
@@ -139,10 +156,55 @@ class MemorydServer:
         await self._server.wait_for_termination()
 
 
+def cannot_listen(setting: str, listen: str, exc: OSError | None = None) -> str:
+    port = listen.rpartition(":")[2]
+    if exc is None or exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} is in use ({setting}={listen}): another memoryd or another program "
+            "listens there; stop it, or give this server another port"
+        )
+    return f"cannot listen on {listen} ({setting}): {exc.strerror or exc}"
+
+
+def check_ports_free(settings: Settings) -> None:
+    """Refuse at once, before the embedding model loads, a port that another process
+    listens on or a host that does not resolve (grpc's own refusal comes later, and with a
+    line of its C core on stderr). The bind in `start` stays the authority."""
+    for setting, listen in (
+        ("MEMORYD_LISTEN", settings.listen),
+        ("MEMORYD_METRICS__LISTEN", settings.metrics.listen),
+    ):
+        if not listen or listen.startswith(("unix:", "unix-abstract:")):
+            continue
+        host, _, port = listen.rpartition(":")
+        host = host.strip("[]")
+        try:
+            addresses = socket.getaddrinfo(
+                host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )
+        except socket.gaierror as exc:
+            raise StartupRefused(f"cannot listen on {listen} ({setting}): {exc.strerror}") from exc
+        if int(port) == 0:
+            continue  # any free port
+        for family, kind, proto, _, address in addresses:
+            with socket.socket(family, kind, proto) as probe:
+                # As grpc binds: a connection of an earlier run in TIME_WAIT owns nothing.
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(address)
+                except OSError as exc:
+                    if exc.errno == errno.EADDRINUSE:
+                        raise StartupRefused(cannot_listen(setting, listen)) from exc
+
+
 async def serve(settings: Settings, app: App) -> None:
     """Run until SIGTERM/SIGINT, then go NOT_SERVING and stop within the grace period."""
     server = MemorydServer(settings, app)
-    await server.start()
+    try:
+        await server.start()
+    except BaseException:
+        await server.stop(grace_s=0)  # closes the stores the app opened
+        raise
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

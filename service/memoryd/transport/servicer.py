@@ -46,7 +46,11 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
 
     async def Retrieve(self, request: pb.RetrieveRequest, context: Context) -> pb.RetrieveResponse:
         query = convert.retrieve_query(request, self._calls.principal())
-        return convert.retrieve_response(await self._engine.retrieve(query))
+        result = await self._engine.retrieve(query)
+        response = convert.retrieve_response(result)
+        if request.explain:
+            convert.explain_scores(response, result.items)
+        return response
 
     async def Get(self, request: pb.GetRequest, context: Context) -> pb.GetResponse:
         lookup = convert.lookup(request, self._calls.principal())
@@ -113,3 +117,15 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
     ) -> pb.EndSessionResponse:
         command = convert.end_session_command(request, self._calls.principal())
         return convert.end_session_response(await self._engine.end_session(command))
+
+    async def ListUsers(
+        self, request: pb.ListUsersRequest, context: Context
+    ) -> pb.ListUsersResponse:
+        query = convert.users_query(request, self._calls.principal())
+        return convert.users_response(await self._engine.list_users(query))
+
+    async def ListMemories(
+        self, request: pb.ListMemoriesRequest, context: Context
+    ) -> pb.ListMemoriesResponse:
+        query = convert.memories_query(request, self._calls.principal())
+        return convert.memories_response(await self._engine.list_memories(query))

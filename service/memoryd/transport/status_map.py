@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from memoryd.core.errors import (
+    ECHO_CHARS,
     InvalidArgument,
     MemorydError,
     PermissionDenied,
@@ -29,6 +30,7 @@ from memoryd.core.errors import (
     StoreUnavailable,
     Unauthenticated,
     Unimplemented,
+    echo,
 )
 
 ERROR_DOMAIN = "memoryd"
@@ -37,12 +39,34 @@ INTERNAL_MESSAGE = "internal error; see server logs"
 E = TypeVar("E", bound=MemorydError)
 
 
+# Bounds on what an error carries, whatever it quotes: a status travels in trailing metadata,
+# which grpc refuses past 8 KiB by default (the caller would get RESOURCE_EXHAUSTED "received
+# metadata size exceeds ..." instead of the error). The status message and the BadRequest
+# each stay well under half of that.
+MAX_MESSAGE_CHARS = 1024
+MAX_FIELD_CHARS = 120
+MAX_DESCRIPTION_CHARS = 200
+MAX_VIOLATIONS = 8
+
+
+def message_of(exc: MemorydError) -> str:
+    """The error's message as a caller receives it (a status, a batch item's error)."""
+    return echo(str(exc), MAX_MESSAGE_CHARS)
+
+
+def field_of(field: str) -> str:
+    """A field path as a caller receives it (a metadata key in it is client text)."""
+    return echo(field, MAX_FIELD_CHARS)
+
+
 def _bad_request(exc: InvalidArgument) -> error_details_pb2.BadRequest:
-    """one field violation per bad field"""
+    """one field violation per bad field (the first 8)"""
     return error_details_pb2.BadRequest(
         field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-            for v in exc.violations
+            error_details_pb2.BadRequest.FieldViolation(
+                field=field_of(v.field), description=echo(v.description, MAX_DESCRIPTION_CHARS)
+            )
+            for v in exc.violations[:MAX_VIOLATIONS]
         ]
     )
 
@@ -51,7 +75,9 @@ def _quota_failure(exc: QuotaExceeded) -> error_details_pb2.QuotaFailure:
     """one violation: the full scope (e.g. `long_term:<user>`) and the message"""
     return error_details_pb2.QuotaFailure(
         violations=[
-            error_details_pb2.QuotaFailure.Violation(subject=exc.subject, description=str(exc))
+            error_details_pb2.QuotaFailure.Violation(
+                subject=field_of(exc.subject), description=message_of(exc)
+            )
         ]
     )
 
@@ -85,7 +111,7 @@ class ErrorRow(Generic[E]):
             metadata |= dict(getattr(exc, "metadata", {}) or {})
         info = error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN, metadata=metadata)
         details.append(_packed(info))
-        return status_pb2.Status(code=self.code.value[0], message=str(exc), details=details)
+        return status_pb2.Status(code=self.code.value[0], message=message_of(exc), details=details)
 
     def detail_types(self) -> list[type[Message]]:
         """The message types `details` build, read from their return annotations."""
@@ -186,6 +212,12 @@ def reference_markdown() -> str:
         "message and the details listed, in that order. The last detail is always a",
         f"`google.rpc.ErrorInfo` with domain `{ERROR_DOMAIN}`, a stable `reason` and the",
         "`metadata` keys listed.",
+        "",
+        f"An error quotes at most {ECHO_CHARS} characters of any text the request carried (a",
+        "metadata or filter key, ...), cut with an ellipsis (`\u2026`); its message holds at",
+        f"most {MAX_MESSAGE_CHARS:,} characters and its `BadRequest` the first {MAX_VIOLATIONS}",
+        "field violations, so that it always fits the trailing metadata it travels in. An",
+        "AddBatch item's `ItemError` is bounded the same way.",
         "",
         "| domain error | gRPC status | `ErrorInfo.reason` | details | `ErrorInfo.metadata` "
         "| when |",

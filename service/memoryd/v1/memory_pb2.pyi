@@ -498,6 +498,7 @@ class MemoryItem(_message.Message):
     OCCURRED_AT_FIELD_NUMBER: _builtins.int
     POSITION_FIELD_NUMBER: _builtins.int
     CONTEXT_FIELD_NUMBER: _builtins.int
+    EXPLAIN_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     tier: Global___Tier.ValueType
     kind: Global___Kind.ValueType
@@ -560,6 +561,10 @@ class MemoryItem(_message.Message):
         conversation order (the hit itself not repeated). Empty otherwise.
         """
 
+    @_builtins.property
+    def explain(self) -> Global___ScoreComponents:
+        """Retrieve with explain: why the hit ranked where it did."""
+
     def __init__(
         self,
         *,
@@ -589,14 +594,99 @@ class MemoryItem(_message.Message):
         occurred_at: _timestamp_pb2.Timestamp | None = ...,
         position: _builtins.int = ...,
         context: _abc.Iterable[Global___MemoryItem] | None = ...,
+        explain: Global___ScoreComponents | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "occurred_at", b"occurred_at", "relation", b"relation", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "explain", b"explain", "occurred_at", b"occurred_at", "relation", b"relation", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "archived", b"archived", "content", b"content", "context", b"context", "created_at", b"created_at", "deleted", b"deleted", "document_json", b"document_json", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "history", b"history", "id", b"id", "importance", b"importance", "key", b"key", "kind", b"kind", "metadata", b"metadata", "occurred_at", b"occurred_at", "position", b"position", "relation", b"relation", "role", b"role", "score", b"score", "session_id", b"session_id", "source", b"source", "task_id", b"task_id", "tier", b"tier", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "archived", b"archived", "content", b"content", "context", b"context", "created_at", b"created_at", "deleted", b"deleted", "document_json", b"document_json", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "explain", b"explain", "history", b"history", "id", b"id", "importance", b"importance", "key", b"key", "kind", b"kind", "metadata", b"metadata", "occurred_at", b"occurred_at", "position", b"position", "relation", b"relation", "role", b"role", "score", b"score", "session_id", b"session_id", "source", b"source", "task_id", b"task_id", "tier", b"tier", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MemoryItem: _TypeAlias = MemoryItem  # noqa: Y015
+
+@_typing.final
+class ScoreComponents(_message.Message):
+    """The parts of a hit's score (RetrieveRequest.explain), as the ranking computed them
+    (docs/ranking.md). Components the ranking did not use for this hit are 0.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class LiftsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    DENSE_FIELD_NUMBER: _builtins.int
+    KEYWORD_FIELD_NUMBER: _builtins.int
+    LIFTS_FIELD_NUMBER: _builtins.int
+    MMR_FIELD_NUMBER: _builtins.int
+    FINAL_FIELD_NUMBER: _builtins.int
+    FUSED_FIELD_NUMBER: _builtins.int
+    BM25_FIELD_NUMBER: _builtins.int
+    KEYWORD_SHARE_FIELD_NUMBER: _builtins.int
+    RELEVANCE_FIELD_NUMBER: _builtins.int
+    RANK_FIELD_NUMBER: _builtins.int
+    dense: _builtins.float
+    """Cosine similarity of the query and the memory's embedding (clipped at 0)."""
+    keyword: _builtins.float
+    """What the query's keywords added to the dense score: relevance minus dense."""
+    mmr: _builtins.float
+    """The diversity (MMR) adjustment of the hit's rank: 0 or negative."""
+    final: _builtins.float
+    """The score returned (MemoryItem.score)."""
+    fused: _builtins.float
+    """The convex fusion of normalised BM25 and cosine over the candidate pool."""
+    bm25: _builtins.float
+    """The memory's BM25 under the user's own term statistics."""
+    keyword_share: _builtins.float
+    """The IDF-weighted share of the query's keywords the memory holds (0..1)."""
+    relevance: _builtins.float
+    """The 0..1 relevance: dense raised by the keyword share (before the conversation lift)."""
+    rank: _builtins.float
+    """What the candidates were ordered by: fused plus every lift."""
+    @_builtins.property
+    def lifts(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Each lift by name. "conversation" moved the score (final minus relevance); names ending
+        in "(rank)" (speaker, time, conversation) moved the hit's place in the ranking only.
+        """
+
+    def __init__(
+        self,
+        *,
+        dense: _builtins.float = ...,
+        keyword: _builtins.float = ...,
+        lifts: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        mmr: _builtins.float = ...,
+        final: _builtins.float = ...,
+        fused: _builtins.float = ...,
+        bm25: _builtins.float = ...,
+        keyword_share: _builtins.float = ...,
+        relevance: _builtins.float = ...,
+        rank: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bm25", b"bm25", "dense", b"dense", "final", b"final", "fused", b"fused", "keyword", b"keyword", "keyword_share", b"keyword_share", "lifts", b"lifts", "mmr", b"mmr", "rank", b"rank", "relevance", b"relevance"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScoreComponents: _TypeAlias = ScoreComponents  # noqa: Y015
 
 @_typing.final
 class AddRequest(_message.Message):
@@ -923,6 +1013,7 @@ class RetrieveRequest(_message.Message):
     MIN_SCORE_FIELD_NUMBER: _builtins.int
     TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
     CONTEXT_WINDOW_FIELD_NUMBER: _builtins.int
+    EXPLAIN_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     top_k: _builtins.int
     """1..100; 0 means 10."""
@@ -934,6 +1025,8 @@ class RetrieveRequest(_message.Message):
     """0..5: also return, with each long-term hit that belongs to a session, this many turns
     before and after it in that session (MemoryItem.context), within the token budget.
     """
+    explain: _builtins.bool
+    """Fill each hit's `explain` with the components of its score."""
     @_builtins.property
     def scope(self) -> Global___Scope: ...
     @_builtins.property
@@ -962,10 +1055,11 @@ class RetrieveRequest(_message.Message):
         min_score: _builtins.float | None = ...,
         token_budget: _builtins.int | None = ...,
         context_window: _builtins.int = ...,
+        explain: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "_token_budget", b"_token_budget", "min_score", b"min_score", "scope", b"scope", "token_budget", b"token_budget"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "_token_budget", b"_token_budget", "context_window", b"context_window", "filters", b"filters", "kinds", b"kinds", "min_score", b"min_score", "query", b"query", "scope", b"scope", "tiers", b"tiers", "token_budget", b"token_budget", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "_token_budget", b"_token_budget", "context_window", b"context_window", "explain", b"explain", "filters", b"filters", "kinds", b"kinds", "min_score", b"min_score", "query", b"query", "scope", b"scope", "tiers", b"tiers", "token_budget", b"token_budget", "top_k", b"top_k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__min_score: _TypeAlias = _typing.Literal["min_score"]  # noqa: Y015
     _WhichOneofArgType__min_score: _TypeAlias = _typing.Literal["_min_score", b"_min_score"]  # noqa: Y015
@@ -1766,3 +1860,179 @@ class EndSessionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EndSessionResponse: _TypeAlias = EndSessionResponse  # noqa: Y015
+
+@_typing.final
+class ListUsersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_ID_PREFIX_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    user_id_prefix: _builtins.str
+    """Only users whose id starts with this."""
+    page_size: _builtins.int
+    """1..200; 0 means 50."""
+    page_token: _builtins.str
+    """From a previous ListUsersResponse.next_page_token; empty for the first page."""
+    def __init__(
+        self,
+        *,
+        user_id_prefix: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "user_id_prefix", b"user_id_prefix"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListUsersRequest: _TypeAlias = ListUsersRequest  # noqa: Y015
+
+@_typing.final
+class UserSummary(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USER_ID_FIELD_NUMBER: _builtins.int
+    TIERS_FIELD_NUMBER: _builtins.int
+    ALERTS_FIELD_NUMBER: _builtins.int
+    LAST_ACTIVE_AT_FIELD_NUMBER: _builtins.int
+    user_id: _builtins.str
+    @_builtins.property
+    def tiers(self) -> _containers.RepeatedCompositeFieldContainer[Global___TierUsage]:
+        """Usage per tier, as Usage reports it."""
+
+    @_builtins.property
+    def alerts(self) -> _containers.RepeatedCompositeFieldContainer[Global___UsageAlert]: ...
+    @_builtins.property
+    def last_active_at(self) -> _timestamp_pb2.Timestamp:
+        """The user's latest write."""
+
+    def __init__(
+        self,
+        *,
+        user_id: _builtins.str = ...,
+        tiers: _abc.Iterable[Global___TierUsage] | None = ...,
+        alerts: _abc.Iterable[Global___UsageAlert] | None = ...,
+        last_active_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_active_at", b"last_active_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alerts", b"alerts", "last_active_at", b"last_active_at", "tiers", b"tiers", "user_id", b"user_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserSummary: _TypeAlias = UserSummary  # noqa: Y015
+
+@_typing.final
+class ListUsersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USERS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
+    @_builtins.property
+    def users(self) -> _containers.RepeatedCompositeFieldContainer[Global___UserSummary]: ...
+    def __init__(
+        self,
+        *,
+        users: _abc.Iterable[Global___UserSummary] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListUsersResponse: _TypeAlias = ListUsersResponse  # noqa: Y015
+
+@_typing.final
+class ListMemoriesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class FiltersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SCOPE_FIELD_NUMBER: _builtins.int
+    TIERS_FIELD_NUMBER: _builtins.int
+    KINDS_FIELD_NUMBER: _builtins.int
+    FILTERS_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """1..200; 0 means 50."""
+    page_token: _builtins.str
+    @_builtins.property
+    def scope(self) -> Global___Scope:
+        """user_id is required; session_id, when given, selects that session's memories."""
+
+    @_builtins.property
+    def tiers(self) -> _containers.RepeatedScalarFieldContainer[Global___Tier.ValueType]:
+        """Empty means every tier whose memories are kept in the vector store."""
+
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedScalarFieldContainer[Global___Kind.ValueType]: ...
+    @_builtins.property
+    def filters(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Metadata equality filters."""
+
+    def __init__(
+        self,
+        *,
+        scope: Global___Scope | None = ...,
+        tiers: _abc.Iterable[Global___Tier.ValueType] | None = ...,
+        kinds: _abc.Iterable[Global___Kind.ValueType] | None = ...,
+        filters: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filters", b"filters", "kinds", b"kinds", "page_size", b"page_size", "page_token", b"page_token", "scope", b"scope", "tiers", b"tiers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMemoriesRequest: _TypeAlias = ListMemoriesRequest  # noqa: Y015
+
+@_typing.final
+class ListMemoriesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryItem]: ...
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___MemoryItem] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMemoriesResponse: _TypeAlias = ListMemoriesResponse  # noqa: Y015

@@ -93,6 +93,16 @@ class MemoryServiceStub:
                 request_serializer=memoryd_dot_v1_dot_memory__pb2.EndSessionRequest.SerializeToString,
                 response_deserializer=memoryd_dot_v1_dot_memory__pb2.EndSessionResponse.FromString,
                 _registered_method=True)
+        self.ListUsers = channel.unary_unary(
+                '/memoryd.v1.MemoryService/ListUsers',
+                request_serializer=memoryd_dot_v1_dot_memory__pb2.ListUsersRequest.SerializeToString,
+                response_deserializer=memoryd_dot_v1_dot_memory__pb2.ListUsersResponse.FromString,
+                _registered_method=True)
+        self.ListMemories = channel.unary_unary(
+                '/memoryd.v1.MemoryService/ListMemories',
+                request_serializer=memoryd_dot_v1_dot_memory__pb2.ListMemoriesRequest.SerializeToString,
+                response_deserializer=memoryd_dot_v1_dot_memory__pb2.ListMemoriesResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -182,6 +192,22 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListUsers(self, request, context):
+        """The tenant's users (the credential's tenant), in id order, a page at a time, each with
+        its usage per tier and last activity. Reader and admin credentials only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMemories(self, request, context):
+        """A user's memories across the stored tiers, a page at a time, filtered by tier, kind,
+        session and metadata; newest storage order is not promised, the order is stable.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -239,6 +265,16 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.EndSession,
                     request_deserializer=memoryd_dot_v1_dot_memory__pb2.EndSessionRequest.FromString,
                     response_serializer=memoryd_dot_v1_dot_memory__pb2.EndSessionResponse.SerializeToString,
+            ),
+            'ListUsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUsers,
+                    request_deserializer=memoryd_dot_v1_dot_memory__pb2.ListUsersRequest.FromString,
+                    response_serializer=memoryd_dot_v1_dot_memory__pb2.ListUsersResponse.SerializeToString,
+            ),
+            'ListMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemories,
+                    request_deserializer=memoryd_dot_v1_dot_memory__pb2.ListMemoriesRequest.FromString,
+                    response_serializer=memoryd_dot_v1_dot_memory__pb2.ListMemoriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -542,6 +578,60 @@ class MemoryService:
             '/memoryd.v1.MemoryService/EndSession',
             memoryd_dot_v1_dot_memory__pb2.EndSessionRequest.SerializeToString,
             memoryd_dot_v1_dot_memory__pb2.EndSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memoryd.v1.MemoryService/ListUsers',
+            memoryd_dot_v1_dot_memory__pb2.ListUsersRequest.SerializeToString,
+            memoryd_dot_v1_dot_memory__pb2.ListUsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memoryd.v1.MemoryService/ListMemories',
+            memoryd_dot_v1_dot_memory__pb2.ListMemoriesRequest.SerializeToString,
+            memoryd_dot_v1_dot_memory__pb2.ListMemoriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -64,6 +64,14 @@ class MemoryServiceStub:
     """Close a session: extract facts, entities and a summary from its messages, clear its
     hot state. Idempotent: ending a session again adds nothing.
     """
+    ListUsers: _grpc.UnaryUnaryMultiCallable[_memory_pb2.ListUsersRequest, _memory_pb2.ListUsersResponse]
+    """The tenant's users (the credential's tenant), in id order, a page at a time, each with
+    its usage per tier and last activity. Reader and admin credentials only.
+    """
+    ListMemories: _grpc.UnaryUnaryMultiCallable[_memory_pb2.ListMemoriesRequest, _memory_pb2.ListMemoriesResponse]
+    """A user's memories across the stored tiers, a page at a time, filtered by tier, kind,
+    session and metadata; newest storage order is not promised, the order is stable.
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -100,6 +108,14 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     EndSession: _aio.UnaryUnaryMultiCallable[_memory_pb2.EndSessionRequest, _memory_pb2.EndSessionResponse]  # type: ignore[assignment]
     """Close a session: extract facts, entities and a summary from its messages, clear its
     hot state. Idempotent: ending a session again adds nothing.
+    """
+    ListUsers: _aio.UnaryUnaryMultiCallable[_memory_pb2.ListUsersRequest, _memory_pb2.ListUsersResponse]  # type: ignore[assignment]
+    """The tenant's users (the credential's tenant), in id order, a page at a time, each with
+    its usage per tier and last activity. Reader and admin credentials only.
+    """
+    ListMemories: _aio.UnaryUnaryMultiCallable[_memory_pb2.ListMemoriesRequest, _memory_pb2.ListMemoriesResponse]  # type: ignore[assignment]
+    """A user's memories across the stored tiers, a page at a time, filtered by tier, kind,
+    session and metadata; newest storage order is not promised, the order is stable.
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -200,6 +216,26 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_memory_pb2.EndSessionResponse, _abc.Awaitable[_memory_pb2.EndSessionResponse]]:
         """Close a session: extract facts, entities and a summary from its messages, clear its
         hot state. Idempotent: ending a session again adds nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def ListUsers(
+        self,
+        request: _memory_pb2.ListUsersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.ListUsersResponse, _abc.Awaitable[_memory_pb2.ListUsersResponse]]:
+        """The tenant's users (the credential's tenant), in id order, a page at a time, each with
+        its usage per tier and last activity. Reader and admin credentials only.
+        """
+
+    @_abc_1.abstractmethod
+    def ListMemories(
+        self,
+        request: _memory_pb2.ListMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.ListMemoriesResponse, _abc.Awaitable[_memory_pb2.ListMemoriesResponse]]:
+        """A user's memories across the stored tiers, a page at a time, filtered by tier, kind,
+        session and metadata; newest storage order is not promised, the order is stable.
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

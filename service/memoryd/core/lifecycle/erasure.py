@@ -1,11 +1,13 @@
 """Erasure of a user (GDPR "right to be forgotten", RT-005): every tier, the cold
-archive, the write-behind queue's pending copies and the backups; one audit line per
-erasure, holding counts and identifiers only."""
+archive, the write-behind queue's pending copies and the backups, then the stores' own
+files (the queue's journal, Redis's append-only file, the vector store's segments) are
+rewritten where the store allows; one audit line per erasure, holding counts and
+identifiers only. What stays on disk, and for how long: docs/operations.md, "Erasure"."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from memoryd.core.errors import StoreUnavailable
@@ -15,9 +17,13 @@ from memoryd.core.tiers.base import TierHandler
 from memoryd.core.tiers.registry import spec
 from memoryd.stores.audit.port import AuditLog, AuditLogError
 from memoryd.stores.backup.port import BackupStore, BackupStoreError
+from memoryd.stores.queue.port import QueueDown
+from memoryd.stores.vectors.port import VectorStoreError
 
 # Waits until every conversation copy queued so far is in long-term memory.
 Flush = Callable[[], Awaitable[None]]
+# Has a store drop from its files what was deleted (a journal rewritten, a WAL flushed).
+Compaction = Callable[[], Awaitable[None]]
 
 
 class Erasure:
@@ -29,6 +35,7 @@ class Erasure:
         backups: BackupStore | None = None,
         flush: Flush | None = None,
         observer: Observer | None = None,
+        compactions: Sequence[Compaction] = (),
     ) -> None:
         self._tiers = {t: h for t, h in tiers.items() if spec(t).erased}
         self._observer = observer or NullObserver()
@@ -36,6 +43,7 @@ class Erasure:
         self._clock = clock
         self._backups = backups
         self._flush = flush
+        self._compactions = tuple(compactions)
 
     async def _flush_queue(self) -> None:
         """Copies queued before the erasure land first, so the erasure removes them:
@@ -48,6 +56,18 @@ class Erasure:
             raise StoreUnavailable(
                 "write-behind queue", "pending conversation copies could not be flushed"
             ) from exc
+
+    async def _compact(self) -> None:
+        """After the deletes: the stores' files, so that the user's text leaves the disk.
+        Failing, the erasure answers UNAVAILABLE; the user is erased already and a retry
+        (which finds nothing more to delete) compacts again."""
+        for step in self._compactions:
+            try:
+                await step()
+            except (QueueDown, VectorStoreError) as exc:
+                raise StoreUnavailable(
+                    "erasure", f"erased, but a store's files were not rewritten: {exc}"
+                ) from exc
 
     async def _backup_files(self, scope: Scope, dry_run: bool) -> int:
         backups = self._backups
@@ -85,6 +105,7 @@ class Erasure:
                 self._observer.deleted(tier, "erasure", n)
         backup_files = await self._backup_files(scope, cmd.dry_run)
         if not cmd.dry_run:
+            await self._compact()
             entry = {
                 "time": datetime.fromtimestamp(self._clock(), tz=UTC).isoformat(),
                 "event": "erasure",

@@ -8,6 +8,10 @@ maintenance recounts each user and corrects drift (`reconcile`).
 What is counted is what the user *holds*: items not deleted, expired ones included until
 the expiry purge removes them (a quota that looks full first purges the user's expired
 items, so they never take room from a write).
+
+Every vector tier checks its quotas the same way, through `Ledger.hold`: one rule (purge
+the expired first, refuse a byte overflow, auto-prune only for count) and one way to end a
+reservation (`Hold`, `Holds`: settled when the write lands, released when it fails).
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Protocol, TypeVar
 
-from memoryd.core.errors import StoreUnavailable
+from memoryd.core.errors import QuotaExceeded, StoreUnavailable
 from memoryd.core.models import MemoryRecord, Scope, Tier
 from memoryd.core.ratelimit_log import EveryFewSeconds
 from memoryd.core.text import utf8_len
@@ -45,6 +50,37 @@ def size_of(record: MemoryRecord) -> int:
     return utf8_len(record.document_json or record.content)
 
 
+class Limits(Protocol):
+    """The limits of one quota scope, and how a full one is reported."""
+
+    @property
+    def max_count(self) -> int: ...
+
+    @property
+    def max_bytes(self) -> int:
+        """0: no size limit."""
+        ...
+
+    @property
+    def count_full(self) -> Callable[[], QuotaExceeded]: ...
+
+    @property
+    def bytes_full(self) -> Callable[[int, int], QuotaExceeded] | None:
+        """(bytes being added, bytes used) -> the error; None when there is no size limit."""
+        ...
+
+
+class Pruner(Protocol):
+    async def __call__(self, held: Counted, needed: int) -> int:
+        """Auto-prune: make count room for `needed` more items when the user holds
+        `held`; returns how many items went (0: none could, the quota is full)."""
+        ...
+
+
+def _everything(record: MemoryRecord) -> bool:
+    return True
+
+
 class Ledger:
     def __init__(
         self,
@@ -55,17 +91,25 @@ class Ledger:
         per_agent: bool = False,
         counter: str = "",
         sized: bool = True,
+        counts: Callable[[MemoryRecord], bool] = _everything,
     ) -> None:
         """`recount(scope)`: what the store holds for the user (count, bytes as `size_of`);
         `per_agent`: one counter per agent of the user (`scope.agent_id`), as episodes';
         `counter`: the counter's name when the tier keeps several (else the tier's);
-        `sized`: whether bytes are counted (else only items: `recount` then gives 0 bytes)."""
+        `sized`: whether bytes are counted (else only items: `recount` then gives 0 bytes);
+        `counts`: which of the tier's items this counter counts (when it keeps several)."""
         self._counters = counters
         self._tier = tier
         self._recount = recount
         self._per_agent = per_agent
         self._counter = counter or tier.value
         self._sized = sized
+        self._counts = counts
+
+    def counted(self, records: Iterable[MemoryRecord]) -> list[MemoryRecord]:
+        """Those of `records` this counter counts while they are stored: not marked
+        deleted, and of its kind."""
+        return [r for r in records if not r.deleted and self._counts(r)]
 
     def _key(self, scope: Scope) -> CounterKey:
         name = self._counter
@@ -122,19 +166,53 @@ class Ledger:
                 return got
             await self._rebuild(scope)
 
+    async def hold(
+        self,
+        scope: Scope,
+        count: int,
+        size: int,
+        limits: Limits,
+        *,
+        purge: Callable[[], Awaitable[int]] | None = None,
+        prune: Pruner | None = None,
+        prune_again: bool = False,
+        too_big: Callable[[int, int], QuotaExceeded] | None = None,
+    ) -> Hold:
+        """The quota check of every vector tier's write: reserve `count` items of `size`
+        bytes within `limits`, to be settled or released through the returned `Hold`.
+
+        When the quota looks full, `purge` (the user's expired items) runs first, once;
+        then a count overflow is refused, unless `prune` (auto-prune) frees room: once, or
+        with `prune_again` as long as it frees some (an import's exact "drop what is
+        over", which a concurrent write may have taken). A byte overflow is always refused
+        (`too_big(size, used)`, by default `limits.bytes_full`)."""
+        purged = pruned = False
+        while True:
+            got = await self.reserve(scope, count, size, limits.max_count, limits.max_bytes)
+            if got.granted:
+                return Hold(self, scope, count, size, got.held, pruned)
+            if purge is not None and not purged:
+                purged = True
+                if await purge():
+                    continue
+            if got.outcome is Outcome.BYTES_FULL:
+                full = too_big or limits.bytes_full
+                assert full is not None  # a size limit comes with its error
+                raise full(size, got.held.bytes)
+            if prune is None or (pruned and not prune_again) or count > limits.max_count:
+                raise limits.count_full()
+            if not await prune(got.held, count):
+                raise limits.count_full()
+            pruned = True
+
     async def write(
         self, scope: Scope, records: Sequence[MemoryRecord], write: Callable[[], Awaitable[T]]
     ) -> T:
         """Run the `write` of `records` reserved before: settled if it lands, released if
         it fails (or is cancelled), so a failed write never keeps its room."""
         count, size = len(records), sum(self._size(r) for r in records)
-        try:
-            result = await write()
-        except BaseException:
-            await asyncio.shield(self.release(scope, count, size))
-            raise
-        await self.settle(scope, count, size, [r.id for r in records])
-        return result
+        hold = Hold(self, scope, count, size, Counted(0, 0), False)
+        return await hold.write([r.id for r in records], write)
 
     async def settle(self, scope: Scope, count: int, size: int, ids: Sequence[str]) -> None:
         """A reserved write of `count` items, `size` bytes (`ids`) landed."""
@@ -167,3 +245,87 @@ class Ledger:
             if done is not None:
                 return done
         return None
+
+
+class Hold:
+    """Room reserved on one counter for one write (`Ledger.hold`): `settle` it once the
+    write lands, `release` it if the write fails, so a failed write never keeps room."""
+
+    def __init__(
+        self, ledger: Ledger, scope: Scope, count: int, size: int, held: Counted, pruned: bool
+    ) -> None:
+        self.ledger = ledger
+        self.scope = scope
+        self.count = count
+        self.size = size
+        # What the user held before this reservation (pending ones included).
+        self.held = held
+        # Whether auto-prune dropped items to make the room.
+        self.pruned = pruned
+        self._open = True
+
+    async def settle(self, ids: Sequence[str]) -> None:
+        if self._open:
+            self._open = False
+            await self.ledger.settle(self.scope, self.count, self.size, ids)
+
+    async def release(self) -> None:
+        """Give the room back (shielded: a cancelled write still releases it)."""
+        if self._open:
+            self._open = False
+            await asyncio.shield(self.ledger.release(self.scope, self.count, self.size))
+
+    async def write(self, ids: Sequence[str], write: Callable[[], Awaitable[T]]) -> T:
+        """Run the reserved `write` of `ids`: settled if it lands, released if it fails
+        (or is cancelled)."""
+        try:
+            result = await write()
+        except BaseException:
+            await self.release()
+            raise
+        await self.settle(ids)
+        return result
+
+
+class Holds:
+    """The holds one write takes on several counters (an entity relation: its ends and
+    itself). Used as `async with`: whatever is not settled when the block ends (an error,
+    a cancellation, a refusal after another hold was granted) is released."""
+
+    def __init__(self) -> None:
+        self._holds: list[Hold] = []
+
+    def add(self, hold: Hold) -> Hold:
+        self._holds.append(hold)
+        return hold
+
+    @property
+    def pruned(self) -> bool:
+        return any(h.pruned for h in self._holds)
+
+    async def write(self, records: Sequence[MemoryRecord], write: Callable[[], Awaitable[T]]) -> T:
+        """Run the `write` of `records`; once it lands each hold is settled with the ids
+        its counter counts."""
+        try:
+            result = await write()
+        except BaseException:
+            await self.release()
+            raise
+        for hold in self._holds:
+            await hold.settle([r.id for r in hold.ledger.counted(records)])
+        return result
+
+    async def release(self) -> None:
+        for hold in self._holds:
+            await hold.release()
+
+    async def __aenter__(self) -> Holds:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.release()

@@ -14,10 +14,9 @@ from typing import Protocol
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.models import PruneCommand, PruneStrategy, Scope, Tier
 from memoryd.core.tasks import stop_task
-from memoryd.core.tiers.archiving import ArchivingVectorTier
 from memoryd.core.tiers.base import TierHandler
-from memoryd.core.tiers.entity import EntityTier
 from memoryd.core.tiers.registry import StoreFamily, retained, spec
+from memoryd.core.tiers.vector_tier import VectorTier
 from memoryd.settings import RetentionSettings
 
 log = logging.getLogger(__name__)
@@ -60,7 +59,12 @@ class Maintenance:
             if s.tier in tiers
         ]
         # Counted tiers without retention: only their usage counters are recounted.
-        self._recounted = [h for h in tiers.values() if isinstance(h, EntityTier)]
+        planned = {p.handler.tier for p in self._plans}
+        self._recounted = [
+            h
+            for h in tiers.values()
+            if isinstance(h, VectorTier) and h.counted and h.tier not in planned
+        ]
 
     async def _purge(self, plan: _Plan, scope: Scope) -> int:
         tier = plan.handler.tier
@@ -120,7 +124,7 @@ class Maintenance:
 
     async def _reconcile(self, handler: TierHandler, scope: Scope) -> int:
         """Recount the user's usage of the tier and correct its counter; 1 if it was off."""
-        if not isinstance(handler, ArchivingVectorTier | EntityTier):
+        if not isinstance(handler, VectorTier):
             return 0
         fixed = await handler.reconcile(scope)
         if fixed is None or fixed.before == fixed.after:

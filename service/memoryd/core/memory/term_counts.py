@@ -3,54 +3,69 @@
 The per-user IDF of a query term (ADR 0400) needs two counts from the store: how many
 memories the query's filter selects, and how many of those hold the term. Each count
 walks the user's points in the engine (about 2 ms for 10,000 on qdrant-edge, whatever
-the term), and they were made for every query. So the counts of each filter are kept and
-reused while they are provably the same:
+the term), and they were made for every query. So the counts of each filter are kept in
+the cache of what is derived from a user's points (`derived.DerivedCache`: until the
+user's store generation moves) and reused while they are provably the same:
 
-* the store's `generation` for the filter's user has not moved since they were read (no
-  write touching the user's points, by any path, through this process's only handle on
-  the collection; a store that other writers share answers None and nothing is kept);
-* no memory they counted has expired since: an entry holds the time of the first expiry
-  among the memories it counted and is dropped at that time (the filter's own clock);
+* no write has touched the filter's user since they were read (the cache's rule);
+* no memory they counted has expired since: an entry holds until the first expiry among
+  the memories it counted (the filter's own clock);
 * the filter is the same, its clock (the live condition `expires_at > now`) aside.
 
 Terms are counted when first asked for and added to the entry, so a user's common words
 are counted once per change of the store. The numbers are those the store would give for
-the same filter at the same moment: rankings do not change.
+the same filter at the same moment: rankings do not change. A filter found empty is kept
+the same way (counts with none live), so the next query of an empty tier makes no store
+call until the user's next write.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from memoryd.stores.vectors.port import Filter, IsEmpty, MatchValue, Range
+from memoryd.core.memory.derived import DerivedCache, Owner
+from memoryd.stores.vectors.port import (
+    TERMS_FIELD,
+    Filter,
+    IsEmpty,
+    MatchValue,
+    Range,
+    VectorStore,
+)
 
-# Filters (one per user, tier and metadata filter) whose counts are kept, least recently used
-# dropped first; the terms kept per filter before its entry starts over; and the terms kept
-# in all (~100 bytes each: a bound on memory whatever filters callers send).
-MAX_ENTRIES = 4096
+# The terms kept per filter before its entry starts over.
 MAX_TERMS = 20_000
-MAX_TOTAL_TERMS = 200_000
 EXPIRES_FIELD = "expires_at"
 
 
 @dataclass
 class Counts:
-    """The counts of one filter at one store generation."""
+    """The counts of one filter: how many memories it selects (`live`) and how many of
+    them hold each term counted so far (`df`). They hold for a clock (the filter's) in
+    [counted_at, valid_until): until the first of the counted memories expires."""
 
-    generation: int
-    # The filter's clock when counted, and the first expiry after it among the counted
-    # memories (inf: none expires): the counts hold for a clock in [counted_at, valid_until).
     counted_at: float
     valid_until: float
     live: int
     df: dict[int, int] = field(default_factory=dict)
 
-    def holds(self, generation: int | None, now: float) -> bool:
-        return generation == self.generation and self.counted_at <= now < self.valid_until
+    def idf(
+        self, terms: Sequence[int], df: Mapping[int, int] | None = None
+    ) -> dict[int, float] | None:
+        """Each term's BM25 IDF (as Qdrant's IDF modifier computes it) from `df`, else from
+        the entry's own counts; None if a term is not counted. One pass, no membership test
+        first: another thread may add to (or clear) the entry's counts meanwhile."""
+        frequencies = self.df if df is None else df
+        live = self.live
+        idf = {}
+        for term in terms:
+            n = frequencies.get(term)
+            if n is None:
+                return None
+            idf[term] = math.log(1.0 + (live - n + 0.5) / (n + 0.5))
+        return idf
 
 
 def live_condition(now: float) -> Filter:
@@ -98,56 +113,65 @@ def owner_of(flt: Filter) -> tuple[str, str] | None:
 
 
 class TermCounts:
-    """Counts by filter key; safe to use from several threads."""
+    """The counts of each filter, read from `store` and kept in `cache`."""
 
-    def __init__(
-        self,
-        max_entries: int = MAX_ENTRIES,
-        max_terms: int = MAX_TERMS,
-        max_total_terms: int = MAX_TOTAL_TERMS,
-    ) -> None:
-        self._entries: OrderedDict[str, Counts] = OrderedDict()
-        self._lock = threading.Lock()
-        self._max_entries = max_entries
+    def __init__(self, store: VectorStore, cache: DerivedCache, max_terms: int = MAX_TERMS) -> None:
+        self._store = store
+        self._cache = cache
         self._max_terms = max_terms
-        self._max_total = max_total_terms
-        self._total = 0  # terms held by the entries kept
 
-    def get(self, key: str, generation: int | None, now: float) -> Counts | None:
-        """The entry for `key` if it holds at this generation and clock, else None."""
-        if generation is None:
-            return None
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            if not entry.holds(generation, now):
-                del self._entries[key]
-                self._total -= len(entry.df)
-                return None
-            self._entries.move_to_end(key)
-            return entry
+    def known(self, flt: Filter) -> Counts | None:
+        """The counts kept for `flt`, if nothing they count has changed since (no store
+        call: cheap enough for the event loop)."""
+        key, now = key_of(flt)
+        return self._cache.get(owner_of(flt), ("counts", key), Counts, now)
 
-    def keep(self, key: str, entry: Counts, terms: Sequence[int], counts: Sequence[int]) -> None:
-        """Add the counts of `terms` to `entry` (read at `entry.generation`) and keep it."""
-        with self._lock:
-            held = self._entries.pop(key, None)
-            if held is not None:
-                self._total -= len(held.df)
-            if len(entry.df) + len(terms) > self._max_terms:
+    def generation(self, flt: Filter) -> int | None:
+        return self._cache.generation(owner_of(flt))
+
+    def found_empty(self, flt: Filter, generation: int | None) -> None:
+        """`flt` selected no memory when read at `generation`."""
+        key, now = key_of(flt)
+        self._keep(owner_of(flt), key, Counts(now, math.inf, 0), generation)
+
+    def idf(self, flt: Filter, terms: Sequence[int]) -> dict[int, float]:
+        """BM25 inverse document frequency of each query term among the memories `flt`
+        selects (this user's, so other users' words never weigh on the ranking): counted
+        in the store as far as the counts kept for `flt` do not hold them. Blocking: the
+        store is called directly (run it in a worker thread)."""
+        key, now = key_of(flt)
+        owner = owner_of(flt)
+        # Read before counting: a write landing meanwhile moves it, and what was counted
+        # is then never kept.
+        generation = self._cache.generation(owner)
+        entry = self._cache.get(owner, ("counts", key), Counts, now)
+        if entry is None:
+            live = self._store.count(flt)
+            # The first of the counted memories to expire ends the counts' validity.
+            expiring, _ = self._store.scroll(flt, limit=1, order_by=EXPIRES_FIELD)
+            first = expiring[0].payload.get(EXPIRES_FIELD) if expiring else None
+            until = float(first) if isinstance(first, int | float) else math.inf
+            entry = Counts(now, until, live)
+        known = {t: n for t in terms if (n := entry.df.get(t)) is not None}
+        missing = [t for t in terms if t not in known]
+        if missing:
+            counted = self._store.count_each(flt, TERMS_FIELD, missing)
+            known.update(zip(missing, counted, strict=True))
+            if len(entry.df) + len(missing) > self._max_terms:
                 entry.df.clear()
-            entry.df.update(zip(terms, counts, strict=True))
-            self._entries[key] = entry
-            self._total += len(entry.df)
-            while len(self._entries) > 1 and (
-                len(self._entries) > self._max_entries or self._total > self._max_total
-            ):
-                _, dropped = self._entries.popitem(last=False)
-                self._total -= len(dropped.df)
+            entry.df.update(zip(missing, counted, strict=True))
+        self._keep(owner, key, entry, generation)
+        idf = entry.idf(terms, known)
+        assert idf is not None  # every term is in `known`
+        return idf
 
-    @property
-    def terms_held(self) -> int:
-        return self._total
-
-    def __len__(self) -> int:
-        return len(self._entries)
+    def _keep(self, owner: Owner, key: str, entry: Counts, generation: int | None) -> None:
+        self._cache.keep(
+            owner,
+            ("counts", key),
+            entry,
+            generation,
+            weight=1 + len(entry.df),
+            since=entry.counted_at,
+            until=entry.valid_until,
+        )

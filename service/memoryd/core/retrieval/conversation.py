@@ -16,7 +16,6 @@ Pure computation over a small candidate pool (never over all of a user's memorie
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ class Scored:
     session: str = ""
     position: int = 0
     occurred_at: float = 0.0
+    fused: float = 0.0  # the convex fusion of its keyword and cosine scores
     base: float = 0.0  # fused score with the speaker and time lifts
     rank: float = 0.0  # base lifted by its conversation: what the pool is ordered by
     asks: bool = False  # the text is a question
@@ -48,18 +48,10 @@ class Scored:
         return (self.session, self.position) if self.session and self.position else None
 
 
-def bm25_binary(
-    idf: Mapping[int, float], terms: set[int], k1: float, b: float, avg_len: float
-) -> float:
-    """BM25 of a short text from its distinct term ids (payload `term_ids`): every term
-    counted once (in a sentence a content word rarely repeats), its length the number of
-    distinct terms. No tokenising at query time."""
-    return bm25_of(sum(w for t, w in idf.items() if t in terms), len(terms), k1, b, avg_len)
-
-
 def bm25_of(matched: float, length: int, k1: float, b: float, avg_len: float) -> float:
-    """`bm25_binary` from the summed IDF of the query terms a text holds (`matched`) and
-    its number of distinct terms."""
+    """BM25 of a short text from the summed IDF of the query terms it holds (`matched`) and
+    its number of distinct terms (payload `term_ids`): every term counted once (in a
+    sentence a content word rarely repeats). No tokenising at query time."""
     if not matched:
         return 0.0
     return matched * (k1 + 1.0) / (1.0 + k1 * (1.0 - b + b * length / avg_len))
@@ -81,7 +73,7 @@ def fuse(pool: Sequence[Scored], keyword_weight: float, others: Sequence[Scored]
     for s in (*pool, *others):
         keyword = (s.bm25 - k_lo) / k_span if k_span > 0 else 0.0
         dense = (s.cosine - d_lo) / d_span if d_span > 0 else 0.0
-        s.base = max(0.0, keyword_weight * keyword + (1.0 - keyword_weight) * dense)
+        s.fused = s.base = max(0.0, keyword_weight * keyword + (1.0 - keyword_weight) * dense)
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -147,8 +139,3 @@ def spread(ranked: Sequence[Scored], top_k: int, window: int) -> list[Scored]:
         if len(taken) == top_k:
             break
     return taken
-
-
-def idf_of(live: int, df: int) -> float:
-    """BM25 inverse document frequency (as Qdrant's IDF modifier computes it)."""
-    return math.log(1.0 + (live - df + 0.5) / (df + 0.5))

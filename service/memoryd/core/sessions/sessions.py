@@ -19,7 +19,7 @@ facts, entities and summary, which are all recognised as known.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from memoryd.core.errors import QuotaExceeded
 from memoryd.core.locks import KeyedLocks
@@ -43,11 +43,10 @@ from memoryd.core.models import (
 )
 from memoryd.core.sessions.commands import Command, parse_command
 from memoryd.core.sessions.extraction import Extraction, SessionExtractor
+from memoryd.core.sessions.parts import SessionParts, parts_of
 from memoryd.core.text import utf8_len
-from memoryd.core.tiers.entity import EntityChange, EntityTier
-from memoryd.core.tiers.episodic import EpisodicTier
-from memoryd.core.tiers.persona import PersonaTier
-from memoryd.core.tiers.short_term import ShortTermTier
+from memoryd.core.tiers.base import TierHandler
+from memoryd.core.tiers.entity_records import EntityChange
 from memoryd.settings import LimitSettings, SessionSettings
 
 # Derives a session summary's episode id from the messages it summarises.
@@ -64,23 +63,34 @@ def _command_of(message: MemoryRecord) -> Command | None:
 class Sessions:
     def __init__(
         self,
-        short_term: ShortTermTier,
-        persona: PersonaTier,
+        parts: SessionParts,
         settings: SessionSettings,
         limits: LimitSettings,
         *,
-        entity: EntityTier | None = None,
-        episodic: EpisodicTier | None = None,
         extractor: SessionExtractor | None = None,
     ) -> None:
-        self._short_term = short_term
-        self._persona = persona
-        self._entity = entity
-        self._episodic = episodic
+        self._short_term = parts.messages
+        self._persona = parts.facts
+        self._entity = parts.entities
+        self._episodic = parts.episodes
         self._extractor = extractor
         self._settings = settings
         self._limits = limits
         self._locks = KeyedLocks()
+
+    @classmethod
+    def wire(
+        cls,
+        tiers: Mapping[Tier, TierHandler],
+        settings: SessionSettings,
+        limits: LimitSettings,
+        *,
+        extractor: SessionExtractor | None = None,
+    ) -> Sessions | None:
+        """Sessions over the served tiers, each in the part the registry declares for it;
+        None when conversation messages or persona facts are not served."""
+        parts = parts_of(tiers)
+        return None if parts is None else cls(parts, settings, limits, extractor=extractor)
 
     # ------------------------------------------------------------------ commands
 

@@ -1,21 +1,21 @@
 """What the long-term, episodic and structured tiers share: vector items that expire by
 `expires_at` and age out into the cold archive.
 
-Retrieve/Get/Delete/Prune/Export/Import live here; each tier adds its own Add, Usage and
-checks (and long-term its soft Delete).
+Retrieve/Get/Delete/Prune/Import live here (export and removals in `VectorTier`); each
+tier adds its own Add, Usage and checks (and long-term its soft Delete). Quotas: one
+usage counter per user (per agent for episodes), held through `Ledger.hold`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass
 
 from memoryd.core.errors import FieldViolation, QuotaExceeded, Unimplemented
 from memoryd.core.lifecycle.cold_archive import ColdArchive
-from memoryd.core.lifecycle.ledger import Ledger, size_of
+from memoryd.core.lifecycle.ledger import Hold, Ledger, size_of
 from memoryd.core.locks import KeyedLocks
 from memoryd.core.memory.vector_memory import (
     PAGE_SIZE,
@@ -28,41 +28,20 @@ from memoryd.core.models import (
     ImportResult,
     Lookup,
     MemoryRecord,
-    Operation,
     PruneCommand,
     PruneStrategy,
     RetrieveQuery,
     Scope,
-    Tier,
 )
 from memoryd.core.tiers.base import TierHits
-from memoryd.stores.usage.port import Correction, Outcome, UsageCounters
+from memoryd.core.tiers.vector_tier import AUTO_PRUNE_SHARE, Room, VectorTier
+from memoryd.stores.usage.port import Counted, UsageCounters
 from memoryd.stores.vectors.port import Condition, Filter, HasId, MatchValue, Range, field_path
 
 DAY_S = 86_400.0
-# Auto-prune at a full count quota drops this share of the oldest items (RT-006: 10%).
-AUTO_PRUNE_SHARE = 0.10
 
 
-@dataclass(frozen=True)
-class Room:
-    """One quota scope of a tier (a user; for episodes a user's agent): the live items its
-    limits count, the limits, and how a full quota is reported."""
-
-    lock_key: tuple[str, ...]
-    live: Filter
-    max_count: int
-    count_full: Callable[[], QuotaExceeded]
-    # Whose counter the limits read (for episodes, with the agent).
-    scope: Scope
-    # The size limit (bytes as `ledger.size_of`); 0 means none.
-    max_bytes: int = 0
-    # (bytes being added, bytes used) -> the error.
-    bytes_full: Callable[[int, int], QuotaExceeded] | None = None
-
-
-class ArchivingVectorTier:
-    tier: Tier
+class ArchivingVectorTier(VectorTier):
     # Whether items past their `expires_at` can still be archived (see `_archivable`).
     _archives_expired = False
     # Whether the quota (and so the usage counter) is per agent of the user (episodes).
@@ -77,10 +56,8 @@ class ArchivingVectorTier:
         counters: UsageCounters,
         lead_chars: int = 0,
     ) -> None:
-        self._memory = memory
-        self._clock = clock
+        super().__init__(memory, clock, compress_over_bytes)
         self._archive = archive
-        self._compress_over_bytes = compress_over_bytes
         # Characters of the previous turn a session's turn is embedded with (ADR 0400).
         self._lead_chars = lead_chars
         self._locks = KeyedLocks()
@@ -91,6 +68,7 @@ class ArchivingVectorTier:
             lambda scope: self._memory.measure(self._held(scope)),
             per_agent=self._per_agent,
         )
+        self._ledgers.append(self._ledger)
 
     # ------------------------------------------------------------------ hooks
 
@@ -115,31 +93,12 @@ class ArchivingVectorTier:
 
     # ------------------------------------------------------------------ shared behaviour
 
-    def can_retrieve(self, scope: Scope) -> bool:
-        return True
-
-    def _live(self, scope: Scope) -> Filter:
-        return self._memory.scope_filter(scope, self.tier)
-
     def _held(self, scope: Scope) -> Filter:
         """What the usage counters count: not deleted, expired items included (until the
         expiry purge removes them)."""
         extra = [MatchValue("agent_id", scope.agent_id)] if self._per_agent else []
         everything = self._memory.scope_filter(scope, self.tier, live_only=False, extra=extra)
         return Filter(must=[everything], must_not=[MatchValue("deleted", True)])
-
-    async def _forget(self, scope: Scope, removed: Sequence[MemoryRecord]) -> None:
-        await self._ledger.forget(scope, removed)
-
-    async def _remove(self, scope: Scope, flt: Filter, dry_run: bool) -> int:
-        """Delete what `flt` selects (on dry_run only count it), uncounting what was held."""
-        memory = self._memory
-        if dry_run:
-            return await memory.remove(flt, dry_run)
-        held = [r async for page in memory.pages(flt) for r in page if not r.deleted]
-        removed = await memory.call(memory.store.delete_where, flt)
-        await self._forget(scope, held)
-        return removed
 
     async def _purge_expired(self, scope: Scope) -> int:
         """Delete the user's expired items (uncounted) and soft-deleted ones (uncounted
@@ -152,78 +111,59 @@ class ArchivingVectorTier:
             await self._remove(scope, expired, dry_run=False)
             # Soft-deleted long-term items, or items imported with the mark.
             deleted = everything.and_(MatchValue("deleted", True))
-            await memory.call(memory.store.delete_where, deleted)
+            await memory.delete_matching(deleted)
         return dead
 
-    async def reconcile(self, scope: Scope) -> Correction | None:
-        """Maintenance: recount the user's usage from the store and correct the counter."""
-        return await self._ledger.reconcile(scope)
-
-    async def _reserve_room(
-        self, scope: Scope, room: Room, new: Sequence[MemoryRecord], auto_prune: bool
-    ) -> None:
-        """The counted quota check of every write path: reserve `new` items in `room`
-        (to be settled by `self._ledger.write`), first purging expired items when the
-        quota looks full, then with `auto_prune` dropping the oldest live items to make
-        count room; a size overflow is always refused."""
-        size = sum(size_of(r) for r in new)
-        purged = False
-        while True:
-            got = await self._ledger.reserve(scope, len(new), size, room.max_count, room.max_bytes)
-            if got.granted:
-                return
-            if not purged and await self._purge_expired(scope):
-                purged = True
-                continue
-            if got.outcome is Outcome.BYTES_FULL:
-                assert room.bytes_full is not None
-                raise room.bytes_full(size, got.held.bytes)
-            over = got.held.count + len(new) - room.max_count
-            if not auto_prune or len(new) > room.max_count or over <= 0:
-                raise room.count_full()
-            if not await self._drop_oldest(scope, room.live, over):
-                raise room.count_full()
-
-    async def _reserve_one(
+    async def _hold_one(
         self,
-        scope: Scope,
         room: Room,
         size: int,
         auto_prune: bool,
         flush: Callable[[], Awaitable[None]] | None = None,
         too_big: Callable[[int, int], QuotaExceeded] | None = None,
-    ) -> tuple[Operation, int]:
-        """Add's quota check: reserve one item of `size` bytes in `room`; when the count is
-        full, expired items are purged first, then with `auto_prune` the oldest tenth is
-        dropped (after `flush` wrote a batch's earlier items, as a run of single Adds
-        would have). A size overflow is always refused (`too_big(size, used)`, by default
-        the room's). Returns the operation and the count held after it."""
-        ledger, operation, purged = self._ledger, Operation.ADD, False
-        while True:
-            got = await ledger.reserve(scope, 1, size, room.max_count, room.max_bytes)
-            if got.granted:
-                return operation, got.held.count + 1
-            if not purged:
-                purged = True
-                if await self._purge_expired(scope):
-                    continue
-            if got.outcome is Outcome.BYTES_FULL:
-                full = too_big or room.bytes_full
-                assert full is not None
-                raise full(size, got.held.bytes)
-            if not auto_prune or operation is Operation.ADD_WITH_PRUNE:
-                raise room.count_full()
+    ) -> Hold:
+        """Add's quota check (`Ledger.hold`): one item of `size` bytes in `room`. With
+        `auto_prune`, a full count drops the oldest tenth once (after `flush` wrote a
+        batch's earlier items, as a run of single Adds would have). A size overflow is
+        always refused (`too_big(size, used)`, by default the room's)."""
+
+        async def prune(held: Counted, needed: int) -> int:
             if flush is not None:
                 await flush()
-            share = math.ceil(got.held.count * AUTO_PRUNE_SHARE)
-            dropped = await self._drop_oldest(scope, room.live, share)
+            share = math.ceil(held.count * AUTO_PRUNE_SHARE)
+            dropped = await self._drop_oldest(room.scope, room.live, share)
             self._memory.observer.deleted(self.tier, "quota", dropped)
-            if not dropped:
-                raise room.count_full()
-            operation = Operation.ADD_WITH_PRUNE
+            return dropped
 
-    async def _count(self, flt: Filter) -> int:
-        return await self._memory.call(self._memory.store.count, flt)
+        return await self._ledger.hold(
+            room.scope,
+            1,
+            size,
+            room,
+            purge=lambda: self._purge_expired(room.scope),
+            prune=prune if auto_prune else None,
+            too_big=too_big,
+        )
+
+    async def _hold_restore(
+        self, room: Room, new: Sequence[MemoryRecord], auto_prune: bool
+    ) -> Hold:
+        """An import's quota check: the `new` items in `room`; with `auto_prune`, exactly
+        what is over goes, oldest first."""
+
+        async def prune(held: Counted, needed: int) -> int:
+            over = held.count + needed - room.max_count
+            return await self._drop_oldest(room.scope, room.live, over)
+
+        return await self._ledger.hold(
+            room.scope,
+            len(new),
+            sum(size_of(r) for r in new),
+            room,
+            purge=lambda: self._purge_expired(room.scope),
+            prune=prune if auto_prune else None,
+            prune_again=True,
+        )
 
     async def retrieve(self, query: RetrieveQuery, top_k: int) -> TierHits:
         """Hybrid search for the query; with no query, the newest matching items."""
@@ -245,8 +185,7 @@ class ArchivingVectorTier:
         """A hard delete: these tiers keep no tombstones."""
         found = await self._memory.by_ids(self._live(lookup.scope), lookup.ids)
         if found:
-            await self._memory.call(self._memory.store.delete, [r.id for r in found])
-            await self._forget(lookup.scope, found)
+            await self._delete_records(lookup.scope, found)
         return len(found)
 
     async def _drop_oldest(self, scope: Scope, flt: Filter, n: int) -> int:
@@ -255,12 +194,6 @@ class ArchivingVectorTier:
         oldest = await self._memory.records(flt, n, newest_first=False)
         await self._delete_records(scope, oldest)
         return len(oldest)
-
-    async def _delete_records(self, scope: Scope, records: Sequence[MemoryRecord]) -> None:
-        """Remove these stored items and uncount them."""
-        if records:
-            await self._memory.call(self._memory.store.delete, [r.id for r in records])
-            await self._forget(scope, [r for r in records if not r.deleted])
 
     async def _archive_older_than(self, cmd: PruneCommand) -> int:
         """Move items created more than `older_than_days` ago to the cold archive (written
@@ -293,8 +226,7 @@ class ArchivingVectorTier:
                 left += [r.id for r in batch if not self._archivable(r, now)]
                 if going:
                     await self._archive.put(scope, self.tier, going)
-                    await memory.call(memory.store.delete, [r.id for r in going])
-                    await self._forget(scope, going)
+                    await self._delete_records(scope, going)
                     moved += len(going)
 
     async def prune(self, cmd: PruneCommand) -> int:
@@ -330,12 +262,6 @@ class ArchivingVectorTier:
         raise Unimplemented(
             f"the {cmd.strategy.value} prune strategy on the {self.tier.value} tier"
         )
-
-    async def export_count(self, scope: Scope) -> int:
-        return await self._memory.export_count(scope, self.tier)
-
-    def export_pages(self, scope: Scope) -> AsyncIterator[list[MemoryRecord]]:
-        return self._memory.export_pages(scope, self.tier)
 
     def _check_vector_restore(self, record: MemoryRecord) -> list[FieldViolation]:
         problems = check_vector_restore(record)
@@ -400,6 +326,6 @@ class ArchivingVectorTier:
 
         if room is None:
             return await write()
-        held = [r for r in plan.new if not r.deleted]
-        await self._reserve_room(room.scope, room, held, auto_prune)
-        return await self._ledger.write(room.scope, held, write)
+        held = self._ledger.counted(plan.new)
+        hold = await self._hold_restore(room, held, auto_prune)
+        return await hold.write([r.id for r in held], write)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import zlib
 from typing import Any
@@ -99,10 +100,52 @@ def episode_from_dict(data: Any) -> Episode | None:
 # --------------------------------------------------------------------------- documents
 
 
-def parse_document(text: str) -> dict[str, Any]:
-    """The JSON object in `text`; ValueError saying what is wrong otherwise."""
+class _NotStrictJson(ValueError):
+    """A number other languages' strict JSON parsers refuse (Python's accepts it)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotStrictJson(f"holds {name}, which is not JSON (strict parsers refuse it)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _NotStrictJson("holds a number beyond a 64-bit float (e.g. 1e999)")
+    return value
+
+
+# Digits past which an integer is beyond a 64-bit float (1.8e308); checked before int(),
+# which refuses long digit strings with a message about Python itself.
+_MAX_INT_DIGITS = 310
+
+
+def _float_sized_int(text: str) -> int:
+    too_big = _NotStrictJson("holds a number beyond a 64-bit float (e.g. 1e999)")
+    if len(text) > _MAX_INT_DIGITS:
+        raise too_big
+    value = int(text)
     try:
-        document = json.loads(text)
+        float(value)
+    except OverflowError:
+        raise too_big from None
+    return value
+
+
+def parse_document(text: str, *, strict: bool = False) -> dict[str, Any]:
+    """The JSON object in `text`; ValueError saying what is wrong otherwise. `strict`
+    (new documents) also refuses what Python reads but other parsers do not: NaN,
+    Infinity and numbers no 64-bit float holds. Stored documents are read as they are."""
+    try:
+        if strict:
+            document = json.loads(
+                text,
+                parse_constant=_no_constant,
+                parse_float=_finite_float,
+                parse_int=_float_sized_int,
+            )
+        else:
+            document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(
             f"is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
@@ -142,7 +185,7 @@ def document_problems(text: str, max_bytes: int, field: str = "document_json") -
     if (size := utf8_len(text)) > max_bytes:
         return [f"is {size:,} bytes; the limit is {max_bytes:,}"]
     try:
-        document = parse_document(text)
+        document = parse_document(text, strict=True)
     except ValueError as exc:
         return [str(exc)]
     if (flat := utf8_len(flatten_document(document))) > max_bytes:

@@ -14,23 +14,25 @@ from collections.abc import Callable, Sequence
 
 from memoryd.core.errors import FieldViolation
 from memoryd.core.lifecycle.cold_archive import ColdArchive
-from memoryd.core.lifecycle.ledger import size_of
+from memoryd.core.lifecycle.ledger import Hold, size_of
 from memoryd.core.lifecycle.quotas import add_scope, quota_full
 from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
-from memoryd.core.memory.vector_memory import PAGE_SIZE, NewPoint, VectorMemory
+from memoryd.core.memory.vector_memory import NewPoint, VectorMemory
 from memoryd.core.models import (
     AddCommand,
     AddResult,
     Episode,
     Kind,
     MemoryRecord,
+    Operation,
     Scope,
     Source,
     Tier,
     TierUsage,
 )
-from memoryd.core.tiers.archiving import DAY_S, ArchivingVectorTier, Room
+from memoryd.core.tiers.archiving import DAY_S, ArchivingVectorTier
 from memoryd.core.tiers.bodies import episode_problems, render_episode
+from memoryd.core.tiers.vector_tier import Room
 from memoryd.core.validation import Violations
 from memoryd.settings import EpisodicSettings
 from memoryd.stores.usage.port import Correction, Counted, UsageCounters
@@ -139,20 +141,16 @@ class EpisodicTier(ArchivingVectorTier):
             must=[memory.scope_filter(scope, self.tier, live_only=False)],
             must_not=[MatchValue("deleted", True)],
         )
-        offset: str | None = None
-        while True:
-            points, offset = await memory.call(
-                memory.store.scroll, held, limit=PAGE_SIZE, offset=offset
-            )
+        async for points in memory.payload_pages(held):
             agents.update(str(p.payload.get("agent_id", "")) for p in points)
-            if offset is None:
-                return agents
+        return agents
 
-    async def _write(self, scope: Scope, record: MemoryRecord) -> None:
-        digest = content_hash(scope, Tier.EPISODIC, "", record.content)
-        payload = to_payload(record, scope, digest, self._compress_over_bytes)
+    async def _write(self, hold: Hold, record: MemoryRecord) -> None:
+        """Write the episode `hold` reserved room for."""
+        digest = content_hash(hold.scope, Tier.EPISODIC, "", record.content)
+        payload = to_payload(record, hold.scope, digest, self._compress_over_bytes)
         point = NewPoint(record, payload, embed_text_of(payload))
-        await self._ledger.write(scope, [record], lambda: self._memory.insert([point]))
+        await hold.write([record.id], lambda: self._memory.insert([point]))
 
     async def add_summary(
         self,
@@ -168,7 +166,7 @@ class EpisodicTier(ArchivingVectorTier):
         it again changes nothing."""
         room = self._room(scope)
         async with self._locks(room.lock_key):
-            if await self._memory.call(self._memory.store.retrieve, [point_id]):
+            if await self._memory.points_by_id([point_id]):
                 return None
             now = self._clock()
             record = MemoryRecord(
@@ -185,8 +183,8 @@ class EpisodicTier(ArchivingVectorTier):
                 session_id=scope.session_id,
                 episode=episode,
             )
-            await self._reserve_one(scope, room, size_of(record), auto_prune)
-            await self._write(scope, record)
+            hold = await self._hold_one(room, size_of(record), auto_prune)
+            await self._write(hold, record)
         return record
 
     async def add(self, cmd: AddCommand) -> AddResult:
@@ -201,8 +199,10 @@ class EpisodicTier(ArchivingVectorTier):
             record = cmd.new_record(
                 render_episode(episode), Kind.EPISODE, now, expires, episode=episode
             )
-            operation, held = await self._reserve_one(scope, room, size_of(record), cmd.auto_prune)
-            await self._write(scope, record)
+            hold = await self._hold_one(room, size_of(record), cmd.auto_prune)
+            await self._write(hold, record)
+        operation = Operation.ADD_WITH_PRUNE if hold.pruned else Operation.ADD
+        held = hold.held.count + 1
         return AddResult(record.id, operation, Tier.EPISODIC, max(0, room.max_count - held))
 
     def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
@@ -223,17 +223,11 @@ class EpisodicTier(ArchivingVectorTier):
         that of the fullest agent. Reads payloads only (no content is decompressed)."""
         memory = self._memory
         per_agent: dict[str, list[int]] = {}
-        offset: str | None = None
-        while True:
-            points, offset = await memory.call(
-                memory.store.scroll, self._live(scope), limit=PAGE_SIZE, offset=offset
-            )
+        async for points in memory.payload_pages(self._live(scope)):
             for point in points:
                 counts = per_agent.setdefault(str(point.payload.get("agent_id", "")), [0, 0])
                 counts[0] += 1
                 counts[1] += int(point.payload.get("size", 0))
-            if offset is None:
-                break
         usage = TierUsage(Tier.EPISODIC, max_count=self._settings.max_episodes_per_agent)
         for count, size in per_agent.values():
             add_scope(usage, count, size)

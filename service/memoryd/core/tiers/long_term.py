@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
@@ -23,7 +22,6 @@ from memoryd.core.memory.payload import (
     with_lead,
 )
 from memoryd.core.memory.vector_memory import (
-    PAGE_SIZE,
     NewPoint,
     VectorMemory,
     check_vector_restore,
@@ -43,7 +41,8 @@ from memoryd.core.models import (
 )
 from memoryd.core.ratelimit_log import EveryFewSeconds
 from memoryd.core.text import utf8_len
-from memoryd.core.tiers.archiving import ArchivingVectorTier, Room
+from memoryd.core.tiers.archiving import ArchivingVectorTier
+from memoryd.core.tiers.vector_tier import Room
 from memoryd.core.validation import Violations
 from memoryd.settings import LongTermSettings, QuotaSettings
 from memoryd.stores.usage.port import UsageCounters
@@ -52,50 +51,12 @@ from memoryd.stores.vectors.port import (
     HasId,
     MatchAny,
     MatchValue,
-    VectorStore,
     canonical_id,
 )
 
 log = logging.getLogger(__name__)
 # A user at the limit who keeps talking would log this for every message.
 _copies_log = EveryFewSeconds(log, interval_s=60.0)
-
-
-class _LastTurns:
-    """The last memory this tier placed in each session, kept while its user's points
-    have not changed since (the store's generation), so that the next turn of a
-    conversation finds its place and its lead without a store read. Kept only when the
-    generation moved by the placing write alone; with a store shared by other writers
-    (no generation) nothing is kept. Bounded: the oldest sessions are forgotten."""
-
-    def __init__(self, store: VectorStore, entries: int = 4096) -> None:
-        self._store = store
-        self._entries = entries
-        self._kept: OrderedDict[tuple[str, str, str], tuple[int, MemoryRecord]] = OrderedDict()
-
-    def generation(self, scope: Scope) -> int | None:
-        return self._store.generation(scope.tenant, scope.user_id)
-
-    def get(self, scope: Scope) -> MemoryRecord | None:
-        key = (scope.tenant, scope.user_id, scope.session_id)
-        kept = self._kept.get(key)
-        if kept is None or kept[0] != self.generation(scope):
-            return None
-        return kept[1]
-
-    def placed(self, scope: Scope, before: int | None, records: Sequence[MemoryRecord]) -> None:
-        """`records` were just written, in order, by one store write; `before` is the
-        user's generation read before it."""
-        now = self.generation(scope)
-        if before is None or now != before + 1:
-            return  # another write landed meanwhile: the store says what is last
-        for record in records:
-            if record.session_id:
-                key = (scope.tenant, scope.user_id, record.session_id)
-                self._kept[key] = (now, record)
-                self._kept.move_to_end(key)
-        while len(self._kept) > self._entries:
-            self._kept.popitem(last=False)
 
 
 class LongTermTier(ArchivingVectorTier):
@@ -124,7 +85,6 @@ class LongTermTier(ArchivingVectorTier):
         self._max_content_bytes = max_content_bytes
         self._settings = settings
         self._quotas = quotas or QuotaProfiles(QuotaSettings(), settings)
-        self._last_turns = _LastTurns(memory.store)
 
     def check_add(self, cmd: AddCommand, v: Violations) -> None:
         if cmd.kind in self._foreign_kinds:
@@ -279,9 +239,15 @@ class LongTermTier(ArchivingVectorTier):
 
         async def flush() -> None:
             nonlocal points
-            generation = self._last_turns.generation(scope)
+            # The turns placed last are kept (the next turn of a conversation then finds
+            # its place and its lead without a store read) unless another write landed.
+            derived, owner = self._memory.derived, (scope.tenant, scope.user_id)
+            before = derived.generation(owner)
             await self._memory.insert(points)
-            self._last_turns.placed(scope, generation, [p.record for p in points])
+            placed_last = {p.record.session_id: p.record for p in points if p.record.session_id}
+            derived.keep_written(
+                owner, [(_last_turn_key(s), r) for s, r in placed_last.items()], before
+            )
             await ledger.settle(scope, owed[0], owed[1], [p.record.id for p in points])
             points, owed[:] = [], [0, 0]
 
@@ -300,12 +266,14 @@ class LongTermTier(ArchivingVectorTier):
                     held += 1
                 else:
                     try:
-                        operation, held = await self._reserve_one(
-                            scope, room, new_bytes, cmd.auto_prune, flush, too_big
-                        )
+                        hold = await self._hold_one(room, new_bytes, cmd.auto_prune, flush, too_big)
                     except QuotaExceeded as exc:
                         outcomes.append(exc)
                         continue
+                    # Settled with the batch's other items by the next `flush`.
+                    if hold.pruned:
+                        operation = Operation.ADD_WITH_PRUNE
+                    held = hold.held.count + 1
                     owed[0], owed[1] = owed[0] + 1, owed[1] + new_bytes
                 kind = Kind.NOTE if cmd.kind is Kind.UNSPECIFIED else cmd.kind
                 record = cmd.new_record(cmd.content, kind, self._clock(), cmd.expires_at)
@@ -337,20 +305,16 @@ class LongTermTier(ArchivingVectorTier):
         if not digests:
             return found
         flt = live.and_(MatchAny("content_hash", sorted(digests)))
-        offset: str | None = None
-        while True:
-            points, offset = await self._memory.call(
-                self._memory.store.scroll, flt, limit=PAGE_SIZE, offset=offset
-            )
+        async for points in self._memory.payload_pages(flt):
             for point in points:
                 found.setdefault(str(point.payload["content_hash"]), point.id)
-            if offset is None:
-                return found
+        return found
 
     async def _last_turn(self, scope: Scope) -> MemoryRecord | None:
         """The turn of the scope's session with the highest position, deleted ones included
         (so a position is never given twice)."""
-        kept = self._last_turns.get(scope)
+        owner = (scope.tenant, scope.user_id)
+        kept = self._memory.derived.get(owner, _last_turn_key(scope.session_id), MemoryRecord)
         if kept is not None:
             return kept
         session = self._memory.scope_filter(
@@ -400,7 +364,7 @@ class LongTermTier(ArchivingVectorTier):
         memory = self._memory
         known = {
             p.id: int(p.payload.get("position") or 0)
-            for p in await memory.call(memory.store.retrieve, [m.id for _, m in messages])
+            for p in await memory.points_by_id([m.id for _, m in messages])
         }
         placed: dict[str, MemoryRecord] = {}  # session -> the last copy placed here
         copies: list[NewPoint] = []
@@ -434,7 +398,7 @@ class LongTermTier(ArchivingVectorTier):
         """Write the copies of one user's messages, whose lock is held."""
         memory, ledger = self._memory, self._ledger
         ids = [p.record.id for p in points]
-        known = {p.id for p in await memory.call(memory.store.retrieve, ids)}
+        known = {p.id for p in await memory.points_by_id(ids)}
         new = [p for p in points if canonical_id(p.record.id) not in known]
         skipped: list[NewPoint] = []
         purged = dropped = False
@@ -506,7 +470,7 @@ class LongTermTier(ArchivingVectorTier):
         found = await self._memory.by_ids(self._live(lookup.scope), lookup.ids)
         if found:
             patch = {"deleted": True, "updated_at": self._clock()}
-            await self._memory.call(self._memory.store.set_payload, [r.id for r in found], patch)
+            await self._memory.update_fields([r.id for r in found], patch)
             await self._forget(lookup.scope, found)
         return len(found)
 
@@ -532,3 +496,9 @@ class LongTermTier(ArchivingVectorTier):
             percent=quota_percent(count, max_count, size, max_bytes),
             quota_profile=profile.name,
         )
+
+
+def _last_turn_key(session_id: str) -> tuple[str, str]:
+    """The key of the last turn placed in a session, in the cache of what is derived from
+    the user's points."""
+    return ("last turn", session_id)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from memoryd.core.errors import FieldViolation
 from memoryd.core.locks import KeyedLocks
-from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
-from memoryd.core.memory.vector_memory import NewPoint, VectorMemory, check_vector_restore
+from memoryd.core.memory.payload import content_hash
+from memoryd.core.memory.vector_memory import VectorMemory, check_vector_restore
 from memoryd.core.models import (
     AddCommand,
     AddResult,
@@ -38,9 +38,10 @@ from memoryd.core.models import (
 )
 from memoryd.core.text import snake_key, utf8_len
 from memoryd.core.tiers.base import TierHits
+from memoryd.core.tiers.vector_tier import VectorTier
 from memoryd.core.validation import Violations, check_key
 from memoryd.settings import LimitSettings, LongTermSettings
-from memoryd.stores.vectors.port import Filter, HasId, MatchAny, MatchValue
+from memoryd.stores.vectors.port import HasId, MatchAny, MatchValue
 
 # Persona is small by nature; listing returns at most this many facts.
 _LIST_LIMIT = 1000
@@ -57,7 +58,9 @@ class FactChange:
     reason: str = ""
 
 
-class PersonaTier:
+class PersonaTier(VectorTier):
+    """A vector tier without quota (no usage ledger): facts are few by nature."""
+
     tier = Tier.PERSONA
 
     def __init__(
@@ -67,20 +70,13 @@ class PersonaTier:
         limits: LimitSettings,
         clock: Callable[[], float],
     ) -> None:
-        self._memory = memory
+        super().__init__(memory, clock, settings.compress_over_bytes)
         self._settings = settings
         self._limits = limits
-        self._clock = clock
         self._locks = KeyedLocks()
 
     def check_add(self, cmd: AddCommand, v: Violations) -> None:
         check_key(v, cmd.key, self._limits, required=True)
-
-    def can_retrieve(self, scope: Scope) -> bool:
-        return True
-
-    def _live(self, scope: Scope) -> Filter:
-        return self._memory.scope_filter(scope, Tier.PERSONA)
 
     async def add(self, cmd: AddCommand) -> AddResult:
         scope = cmd.scope
@@ -92,9 +88,7 @@ class PersonaTier:
             )
             if same is not None:
                 # Remembering a known fact again only refreshes it.
-                await self._memory.call(
-                    self._memory.store.set_payload, [same.id], {"updated_at": now}
-                )
+                await self._memory.update_fields([same.id], {"updated_at": now})
                 return AddResult(same.id, Operation.DEDUPLICATED, Tier.PERSONA, quota_remaining=-1)
             record = MemoryRecord(
                 id=str(uuid.uuid4()),
@@ -109,8 +103,7 @@ class PersonaTier:
                 source=Source.EXPLICIT if cmd.source is Source.UNSPECIFIED else cmd.source,
                 agent_id=scope.agent_id,
             )
-            payload = to_payload(record, scope, digest, self._settings.compress_over_bytes)
-            await self._memory.insert([NewPoint(record, payload, embed_text_of(payload))])
+            await self._memory.insert([self._point(record, scope)])
         return AddResult(record.id, Operation.ADD, Tier.PERSONA, quota_remaining=-1)
 
     # ------------------------------------------------------------------ learning
@@ -118,11 +111,6 @@ class PersonaTier:
     async def _facts(self, scope: Scope) -> list[MemoryRecord]:
         """Every fact of the user, newest first."""
         return await self._memory.records(self._live(scope), _LIST_LIMIT)
-
-    def _point(self, record: MemoryRecord, scope: Scope) -> NewPoint:
-        digest = content_hash(scope, Tier.PERSONA, record.key, record.content)
-        payload = to_payload(record, scope, digest, self._settings.compress_over_bytes)
-        return NewPoint(record, payload, embed_text_of(payload))
 
     def _new_fact(
         self,
@@ -235,7 +223,7 @@ class PersonaTier:
             )
             if same is not None:
                 patch: dict[str, object] = {"updated_at": now, "source": Source.EXPLICIT.value}
-                await self._memory.call(self._memory.store.set_payload, [same.id], patch)
+                await self._memory.update_fields([same.id], patch)
                 operation = (
                     Operation.DEDUPLICATED if same.source is Source.EXPLICIT else Operation.UPDATED
                 )
@@ -284,8 +272,7 @@ class PersonaTier:
             if not going and about.strip() and among != set():
                 hits = await self._memory.search(live, about, _FORGET_LIMIT, min_score)
                 going = hits.items
-            if going:
-                await self._memory.call(self._memory.store.delete, [f.id for f in going])
+            await self._delete_records(scope, going)
         return going
 
     # ------------------------------------------------------------------ reads
@@ -321,7 +308,7 @@ class PersonaTier:
             by_key = live.and_(MatchAny("key", list(lookup.keys)))
             ids |= {r.id for r in await self._memory.records(by_key, _LIST_LIMIT)}
         if ids:
-            await self._memory.call(self._memory.store.delete, sorted(ids))
+            await self._memory.delete_ids(sorted(ids))
         return len(ids)
 
     async def prune(self, cmd: PruneCommand) -> int:
@@ -334,13 +321,7 @@ class PersonaTier:
             )
         else:
             return 0  # persona facts are permanent: they neither expire nor age out
-        return await memory.remove(flt, cmd.dry_run)
-
-    async def export_count(self, scope: Scope) -> int:
-        return await self._memory.export_count(scope, Tier.PERSONA)
-
-    def export_pages(self, scope: Scope) -> AsyncIterator[list[MemoryRecord]]:
-        return self._memory.export_pages(scope, Tier.PERSONA)
+        return await self._remove(cmd.scope, flt, cmd.dry_run)
 
     def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:
         problems = check_vector_restore(record)
@@ -362,5 +343,5 @@ class PersonaTier:
 
     async def usage(self, scope: Scope) -> TierUsage:
         """Persona has no quota: limits and percent are 0."""
-        count, size = await self._memory.measure(self._memory.scope_filter(scope, Tier.PERSONA))
+        count, size = await self._memory.measure(self._live(scope))
         return TierUsage(Tier.PERSONA, count=count, bytes=size)

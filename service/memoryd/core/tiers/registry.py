@@ -37,6 +37,19 @@ class StoreFamily(StrEnum):
     VECTORS = "vectors"
 
 
+class SessionPart(StrEnum):
+    """What a tier does for sessions (core/sessions reads it from here)."""
+
+    # The conversation EndSession reads, then clears.
+    MESSAGES = "messages"
+    # Facts learnt from it, and remembered or forgotten on request.
+    FACTS = "facts"
+    # The entities and relations it names.
+    ENTITIES = "entities"
+    # Its summary.
+    EPISODES = "episodes"
+
+
 @dataclass(frozen=True)
 class TierDeps:
     """What a tier's builder may use, made once by the composition root (app.py)."""
@@ -87,6 +100,8 @@ class TierSpec:
     archive_first: bool = False
     # The quota limits it enforces, by the name errors report (`limit_name`).
     quota_keys: tuple[str, ...] = ()
+    # Its part in sessions that learn (core/sessions/parts.py), if any.
+    session_part: SessionPart | None = None
 
     def archive_after_days(self, retention: RetentionSettings) -> int:
         return int(getattr(retention, self.archive_after_setting))
@@ -177,6 +192,7 @@ _SPECS = (
         settings_section="short_term",
         scope_field="session_id",
         quota_keys=("short_term.max_messages", "short_term.max_bytes"),
+        session_part=SessionPart.MESSAGES,
     ),
     TierSpec(
         Tier.LONG_TERM,
@@ -196,6 +212,7 @@ _SPECS = (
         keyed=True,
         backed_up=True,
         render_header=True,
+        session_part=SessionPart.FACTS,
     ),
     TierSpec(
         Tier.EPISODIC,
@@ -209,6 +226,7 @@ _SPECS = (
         archive_after_setting="episodic_archive_after_days",
         archive_first=True,
         quota_keys=("episodic.max_episodes_per_agent",),
+        session_part=SessionPart.EPISODES,
     ),
     TierSpec(
         Tier.ENTITY,
@@ -222,6 +240,7 @@ _SPECS = (
         kinds=frozenset({Kind.ENTITY, Kind.RELATION}),
         backed_up=True,
         quota_keys=("entity.max_entities", "entity.max_relations"),
+        session_part=SessionPart.ENTITIES,
     ),
     TierSpec(
         Tier.STRUCTURED,

@@ -21,18 +21,20 @@ from memoryd.core.models import (
     AddResult,
     Kind,
     MemoryRecord,
+    Operation,
     Scope,
     Tier,
     TierUsage,
 )
 from memoryd.core.text import utf8_len
-from memoryd.core.tiers.archiving import ArchivingVectorTier, Room
+from memoryd.core.tiers.archiving import ArchivingVectorTier
 from memoryd.core.tiers.bodies import (
     document_problems,
     field_filter_key,
     flatten_document,
     parse_document,
 )
+from memoryd.core.tiers.vector_tier import Room
 from memoryd.core.validation import Violations
 from memoryd.settings import StructuredSettings
 from memoryd.stores.usage.port import UsageCounters
@@ -134,9 +136,7 @@ class StructuredTier(ArchivingVectorTier):
             )
 
         async with self._locks(room.lock_key):
-            operation, held = await self._reserve_one(
-                scope, room, new_bytes, cmd.auto_prune, too_big=too_big
-            )
+            hold = await self._hold_one(room, new_bytes, cmd.auto_prune, too_big=too_big)
             now = self._clock()
             record = cmd.new_record(
                 flatten_document(document),
@@ -148,7 +148,9 @@ class StructuredTier(ArchivingVectorTier):
             digest = content_hash(scope, Tier.STRUCTURED, "", record.content)
             payload = to_payload(record, scope, digest, self._compress_over_bytes)
             point = NewPoint(record, payload, embed_text_of(payload))
-            await self._ledger.write(scope, [record], lambda: self._memory.insert([point]))
+            await hold.write([record.id], lambda: self._memory.insert([point]))
+        operation = Operation.ADD_WITH_PRUNE if hold.pruned else Operation.ADD
+        held = hold.held.count + 1
         return AddResult(record.id, operation, Tier.STRUCTURED, max(0, room.max_count - held))
 
     def check_restore(self, record: MemoryRecord) -> list[FieldViolation]:

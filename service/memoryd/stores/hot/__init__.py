@@ -28,13 +28,14 @@ def _in_process(settings: Settings) -> HotStore:
 def _redis(settings: Settings) -> HotStore:
     from memoryd.stores.hot.redis_store import RedisHotStore
 
-    return RedisHotStore(redis_url(settings, "hot store"))
+    return RedisHotStore(redis_url(settings, "hot store"), settings.redis_timeout_seconds)
 
 
 def _redis_cluster(settings: Settings) -> HotStore:
     from memoryd.stores.hot.redis_store import RedisHotStore
 
-    return RedisHotStore(redis_url(settings, "hot store", cluster=True), cluster=True)
+    url = redis_url(settings, "hot store", cluster=True)
+    return RedisHotStore(url, settings.redis_timeout_seconds, cluster=True)
 
 
 ADAPTERS: dict[str, HotStoreFactory] = {

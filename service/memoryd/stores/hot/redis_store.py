@@ -25,7 +25,14 @@ from memoryd.stores.hot.port import (
     TaskKey,
     WorkingEntry,
 )
-from memoryd.stores.redis_clients import DOWN, AsyncClient, FirstUse, open_async
+from memoryd.stores.redis_clients import (
+    DEFAULT_TIMEOUT_S,
+    DOWN,
+    AsyncClient,
+    FirstUse,
+    open_async,
+    run,
+)
 from memoryd.stores.redis_errors import redis_unavailable
 
 T = TypeVar("T")
@@ -174,14 +181,12 @@ def _message_from(doc: bytes | str) -> SessionMessage:
 
 
 class RedisHotStore:
-    def __init__(self, url: str, socket_timeout_s: float = 2.0, *, cluster: bool = False) -> None:
+    def __init__(
+        self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, cluster: bool = False
+    ) -> None:
         self._url = url
         self._redis: AsyncClient = open_async(
-            url,
-            cluster=cluster,
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=socket_timeout_s,
-            health_check_interval=30,
+            url, cluster=cluster, timeout_s=timeout_s, health_check_interval=30
         )
         self._first_use = FirstUse(self._redis)
         self._put = self._redis.register_script(_PUT_ENTRY)
@@ -193,10 +198,11 @@ class RedisHotStore:
     def client(self) -> AsyncClient:
         return self._redis
 
-    async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
+    async def _call(self, op: Callable[[], Awaitable[T]], *, retry: bool) -> T:
+        """`retry`: see redis_clients.run; every call decides."""
         try:
             await self._first_use()
-            return await op()
+            return await run(op, retry=retry)
         except DOWN as exc:
             raise HotStoreDown(f"redis at {self._safe_url()}: {exc}") from exc
         except ResponseError as exc:
@@ -213,7 +219,11 @@ class RedisHotStore:
     ) -> PutOutcome:
         doc = json.dumps(asdict(entry), separators=(",", ":"))
         args: list[str | int] = [entry.key, doc, entry.size, max_entries, max_bytes]
-        result: list[Any] = await self._call(lambda: self._put(keys=task_keys(task), args=args))
+        result: list[Any] = await self._call(
+            # Idempotent: the same key and value again (a replay may report it replaced).
+            lambda: self._put(keys=task_keys(task), args=args),
+            retry=True,
+        )
         if result[0] == -1:
             raise EntryLimitReached(entry.key)
         evicted = [k.decode() if isinstance(k, bytes) else str(k) for k in result[2:]]
@@ -223,7 +233,9 @@ class RedisHotStore:
         if not keys:
             return []
         data, _, lru, seq = task_keys(task)
-        docs: list[Any] = await self._call(lambda: self._get(keys=[data, lru, seq], args=keys))
+        docs: list[Any] = await self._call(
+            lambda: self._get(keys=[data, lru, seq], args=keys), retry=True
+        )
         return [_entry_from(d) for d in docs if d]
 
     async def list_entries(self, task: TaskKey) -> list[WorkingEntry]:
@@ -236,7 +248,7 @@ class RedisHotStore:
                 docs, order = await pipe.execute()
             return docs, order
 
-        docs, order = await self._call(read)
+        docs, order = await self._call(read, retry=True)
         return [_entry_from(docs[k]) for k in order if k in docs]
 
     async def delete_entries(self, task: TaskKey, keys: list[str]) -> int:
@@ -252,7 +264,8 @@ class RedisHotStore:
                 deleted, _, _ = await pipe.execute()
             return int(deleted)
 
-        return await self._call(delete)
+        # A replay deletes nothing more (and may count 0 deleted).
+        return await self._call(delete, retry=True)
 
     async def clear_task(self, task: TaskKey) -> int:
         keys = task_keys(task)
@@ -264,7 +277,7 @@ class RedisHotStore:
                 count, _ = await pipe.execute()
             return int(count)
 
-        return await self._call(clear)
+        return await self._call(clear, retry=True)
 
     async def append_message(
         self,
@@ -277,19 +290,23 @@ class RedisHotStore:
         doc = json.dumps(asdict(message), separators=(",", ":"))
         args: list[str | int] = [doc, message.size, max_messages, max_bytes, ttl_seconds]
         keys = session_keys(session)
-        count, dropped = await self._call(lambda: self._append(keys=keys, args=args))
+        # Not idempotent: a replay would append the message twice.
+        count, dropped = await self._call(lambda: self._append(keys=keys, args=args), retry=False)
         return AppendOutcome(count=int(count), dropped=int(dropped))
 
     async def list_messages(self, session: SessionKey) -> list[SessionMessage]:
         msgs = session_keys(session)[0]
-        docs: list[bytes] = await self._call(lambda: self._redis.lrange(msgs, 0, -1))  # type: ignore[arg-type,return-value]
+        docs: list[bytes] = await self._call(
+            lambda: self._redis.lrange(msgs, 0, -1),  # type: ignore[arg-type,return-value]
+            retry=True,
+        )
         return [_message_from(d) for d in docs]
 
     async def delete_messages(self, session: SessionKey, ids: list[str]) -> int:
         if not ids:
             return 0
         keys = session_keys(session)
-        return int(await self._call(lambda: self._delete_msgs(keys=keys, args=ids)))
+        return int(await self._call(lambda: self._delete_msgs(keys=keys, args=ids), retry=True))
 
     async def clear_session(self, session: SessionKey) -> int:
         keys = session_keys(session)
@@ -301,13 +318,13 @@ class RedisHotStore:
                 count, _ = await pipe.execute()
             return int(count)
 
-        return await self._call(clear)
+        return await self._call(clear, retry=True)
 
     async def _scan(self, pattern: str) -> list[bytes]:
         async def scan() -> list[bytes]:
             return [k async for k in self._redis.scan_iter(match=pattern, count=_SCAN_COUNT)]
 
-        return await self._call(scan)
+        return await self._call(scan, retry=True)
 
     async def list_tasks(self, tenant: str, user_id: str) -> list[TaskKey]:
         # Ids are %-escaped in keys, so the user's prefix holds no glob characters.

@@ -23,10 +23,10 @@ def _in_process() -> UserLocks:
     return InProcessLocks()
 
 
-def _redis(url: str, cluster: bool) -> UserLocks:
+def _redis(url: str, cluster: bool, timeout_s: float) -> UserLocks:
     from memoryd.stores.locks.redis_locks import RedisLocks
 
-    return RedisLocks.from_url(url, cluster=cluster)
+    return RedisLocks.from_url(url, cluster=cluster, timeout_s=timeout_s)
 
 
 ADAPTERS: dict[str, LocksFactory] = family_adapters(_in_process, _redis, "user locks")

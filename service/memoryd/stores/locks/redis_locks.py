@@ -21,9 +21,17 @@ from urllib.parse import quote
 
 from redis.exceptions import RedisError
 
+from memoryd.stores import call_budget
 from memoryd.stores.hot.redis_store import user_prefix
 from memoryd.stores.locks.port import LockBusy, LocksUnavailable
-from memoryd.stores.redis_clients import DOWN, AsyncClient, FirstUse, open_async
+from memoryd.stores.redis_clients import (
+    DEFAULT_TIMEOUT_S,
+    DOWN,
+    AsyncClient,
+    FirstUse,
+    open_async,
+    run,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +70,10 @@ class RedisLocks:
         self._local: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     @classmethod
-    def from_url(cls, url: str, *, cluster: bool = False) -> RedisLocks:
-        return cls(open_async(url, cluster=cluster))
+    def from_url(
+        cls, url: str, *, cluster: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> RedisLocks:
+        return cls(open_async(url, cluster=cluster, timeout_s=timeout_s))
 
     def _local_lock(self, key: str) -> asyncio.Lock:
         lock = self._local.get(key)
@@ -79,7 +89,12 @@ class RedisLocks:
         while True:
             try:
                 await self._first_use()
-                if await self._client.set(key, token, nx=True, px=self._ttl_ms):
+                # Not retried: after a lost reply a replay would find our own lock and
+                # wait for it to lapse.
+                taken = await run(
+                    lambda: self._client.set(key, token, nx=True, px=self._ttl_ms), retry=False
+                )
+                if taken:
                     return
             except _FAILURES as exc:
                 raise LocksUnavailable(f"redis: {exc}") from exc
@@ -90,10 +105,16 @@ class RedisLocks:
 
     async def _keep(self, key: str, token: str) -> None:
         """Renew the lock every third of its time to live while the body runs."""
+        # The holder's request may run out of time; the lock must not lapse before the
+        # body is done.
+        call_budget.detach()
         while True:
             await asyncio.sleep(self._ttl_ms / 3000)
             try:
-                if not int(await self._renew(keys=[key], args=[token, self._ttl_ms])):
+                renewed = await run(
+                    lambda: self._renew(keys=[key], args=[token, self._ttl_ms]), retry=True
+                )
+                if not int(renewed):
                     log.warning("lock %s lapsed before its holder was done", key)
                     return
             except _FAILURES as exc:
@@ -102,6 +123,8 @@ class RedisLocks:
     async def _free(self, key: str, token: str) -> None:
         """Release the lock if this token still holds it."""
         try:
+            # Idempotent: compare-and-delete. Not bound by the request's deadline (a held
+            # lock would keep the others waiting out its ttl).
             await asyncio.shield(self._release(keys=[key], args=[token]))
         except _FAILURES as exc:
             log.warning("cannot release lock %s (%s); it lapses on its own", key, exc)

@@ -33,7 +33,10 @@ def _redis(settings: Settings) -> WriteBehindQueue:
     # A stable consumer name: after a restart the replica first gets back what it had taken.
     consumer = settings.instance_id or socket.gethostname()
     return RedisStreamQueue.from_url(
-        url, consumer, claim_idle_s=settings.write_behind.claim_after_seconds
+        url,
+        consumer,
+        claim_idle_s=settings.write_behind.claim_after_seconds,
+        timeout_s=settings.redis_timeout_seconds,
     )
 
 
@@ -48,6 +51,7 @@ def _redis_cluster(settings: Settings) -> WriteBehindQueue:
         cluster=True,
         stream=CLUSTER_STREAM,
         claim_idle_s=settings.write_behind.claim_after_seconds,
+        timeout_s=settings.redis_timeout_seconds,
     )
 
 

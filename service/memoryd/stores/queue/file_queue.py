@@ -3,7 +3,8 @@
 Each entry is written and flushed to the OS before `put` returns, so it survives the
 process being killed (not a power cut: there is no fsync per entry, which would cost
 milliseconds on every short-term Add). Acks are recorded as the highest contiguous
-sequence number; the journal is truncated whenever everything in it is acked.
+sequence number; the journal is truncated whenever everything in it is acked, and
+`compact` rewrites it with only the entries still pending (an erasure).
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from memoryd.stores.queue.port import QueueEntry
-
-_COMPACT_AT_BYTES = 1 << 20
+from memoryd.stores.queue.port import QueueDown, QueueEntry
 
 
 class FileQueue:
@@ -112,7 +112,8 @@ class FileQueue:
             advanced = True
         if advanced:
             self._write_acked()
-        if not self._pending and self._journal.tell() > _COMPACT_AT_BYTES:
+        if not self._pending and self._journal.tell() > 0:
+            # Nothing left to copy: acked messages do not stay on disk (one syscall).
             self._journal.truncate(0)
             self._journal.seek(0)
 
@@ -126,6 +127,37 @@ class FileQueue:
         tmp = self._acked_path.with_suffix(".tmp")
         tmp.write_text(str(self._acked))
         os.replace(tmp, self._acked_path)
+
+    async def compact(self) -> None:
+        # On the loop, without awaiting, so no `put` interleaves (as `put` and `ack` write).
+        try:
+            self._rewrite()
+        except OSError as exc:  # a full or read-only disk: the old journal stays
+            raise QueueDown(f"journal {self._journal_path} not rewritten: {exc}") from exc
+
+    def _rewrite(self) -> None:
+        """The journal, rewritten with exactly the entries pending now. It replaces the
+        old one atomically: a crash leaves one or the other, never a mix."""
+        self._journal.flush()
+        fd, tmp = tempfile.mkstemp(dir=self._journal_path.parent, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as journal:
+                for seq in sorted(self._pending):
+                    doc = {"seq": seq, "at": self._put_at[seq], "body": self._pending[seq]}
+                    journal.write(json.dumps(doc, separators=(",", ":")) + "\n")
+                journal.flush()
+                os.fsync(journal.fileno())
+            os.replace(tmp, self._journal_path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._journal.close()
+        self._journal = self._journal_path.open("a", encoding="utf-8")
+        dir_fd = os.open(self._journal_path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
     async def pending(self) -> int:
         return len(self._pending)

@@ -48,4 +48,10 @@ class WriteBehindQueue(Protocol):
         when there is none."""
         ...
 
+    async def compact(self) -> None:
+        """Remove what is acked from the queue's files on disk, so that no copy of an
+        erased user's messages stays there (called after an erasure, which first has every
+        earlier entry copied and acked). Entries still pending stay."""
+        ...
+
     async def close(self) -> None: ...

@@ -25,10 +25,10 @@ def _in_process() -> TokenBuckets:
     return InProcessBuckets()
 
 
-def _redis(url: str, cluster: bool) -> TokenBuckets:
+def _redis(url: str, cluster: bool, timeout_s: float) -> TokenBuckets:
     from memoryd.stores.ratelimit.redis_buckets import RedisBuckets
 
-    return RedisBuckets(url, cluster=cluster)
+    return RedisBuckets(url, timeout_s, cluster=cluster)
 
 
 ADAPTERS: dict[str, BucketsFactory] = family_adapters(_in_process, _redis, "rate-limit buckets")

@@ -13,7 +13,14 @@ from redis.exceptions import RedisError
 
 from memoryd.stores.hot.redis_store import user_prefix
 from memoryd.stores.ratelimit.port import BucketKey, BucketsUnavailable, Rate, Taken
-from memoryd.stores.redis_clients import DOWN, AsyncClient, FirstUse, open_async
+from memoryd.stores.redis_clients import (
+    DEFAULT_TIMEOUT_S,
+    DOWN,
+    AsyncClient,
+    FirstUse,
+    open_async,
+    run,
+)
 
 # A Redis (or cluster node) that cannot be reached, and any error reply.
 _UNAVAILABLE: tuple[type[BaseException], ...] = (RedisError, *DOWN)
@@ -56,22 +63,23 @@ def bucket_key(key: BucketKey) -> str:
 
 
 class RedisBuckets:
-    def __init__(self, url: str, socket_timeout_s: float = 2.0, *, cluster: bool = False) -> None:
-        self._redis: AsyncClient = open_async(
-            url,
-            cluster=cluster,
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=socket_timeout_s,
-        )
+    def __init__(
+        self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, cluster: bool = False
+    ) -> None:
+        self._redis: AsyncClient = open_async(url, cluster=cluster, timeout_s=timeout_s)
         self._first_use = FirstUse(self._redis)
         self._take = self._redis.register_script(_TAKE)
 
     async def take(self, key: BucketKey, rate: Rate, now: float, cost: float = 1.0) -> Taken:
         try:
             await self._first_use()
-            allowed, remaining, retry = await self._take(
-                keys=[bucket_key(key)],
-                args=[repr(rate.capacity), repr(rate.refill_per_s), repr(now), repr(cost)],
+            allowed, remaining, retry = await run(
+                lambda: self._take(
+                    keys=[bucket_key(key)],
+                    args=[repr(rate.capacity), repr(rate.refill_per_s), repr(now), repr(cost)],
+                ),
+                # Not idempotent: a replay would spend the tokens twice.
+                retry=False,
             )
         except _UNAVAILABLE as exc:
             raise BucketsUnavailable(str(exc)) from exc

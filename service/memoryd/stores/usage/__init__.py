@@ -14,9 +14,10 @@ from memoryd.stores.redis_family import family_adapters, redis_adapter
 
 if TYPE_CHECKING:
     from memoryd.settings import Settings
-    from memoryd.stores.usage.port import UsageCounters
+    from memoryd.stores.usage.port import UsageCounters, UserDirectory
 
 CountersFactory: TypeAlias = "Callable[[Settings], UsageCounters]"
+DirectoryFactory: TypeAlias = "Callable[[Settings], UserDirectory]"
 
 
 def _in_process() -> UsageCounters:
@@ -25,13 +26,31 @@ def _in_process() -> UsageCounters:
     return InProcessCounters()
 
 
-def _redis(url: str, cluster: bool) -> UsageCounters:
+def _redis(url: str, cluster: bool, timeout_s: float) -> UsageCounters:
     from memoryd.stores.usage.redis_counters import RedisCounters
 
-    return RedisCounters.from_url(url, cluster=cluster)
+    return RedisCounters.from_url(url, cluster=cluster, timeout_s=timeout_s)
 
 
 ADAPTERS: dict[str, CountersFactory] = family_adapters(_in_process, _redis, "usage counters")
+
+
+def _in_process_directory() -> UserDirectory:
+    from memoryd.stores.usage.memory_directory import InProcessDirectory
+
+    return InProcessDirectory()
+
+
+def _redis_directory(url: str, cluster: bool, timeout_s: float) -> UserDirectory:
+    from memoryd.stores.usage.redis_directory import RedisDirectory
+
+    return RedisDirectory.from_url(url, cluster=cluster, timeout_s=timeout_s)
+
+
+# The user directory (ListUsers) lives where the counters do: `adapter_name` picks both.
+DIRECTORY_ADAPTERS: dict[str, DirectoryFactory] = family_adapters(
+    _in_process_directory, _redis_directory, "user directory"
+)
 
 
 def adapter_name(settings: Settings) -> str:

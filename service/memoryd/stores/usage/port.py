@@ -117,3 +117,33 @@ class UsageCounters(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SeenUser:
+    user_id: str
+    # Unix seconds of the user's latest write this directory was told of.
+    last_active: float
+
+
+class UserDirectory(Protocol):
+    """A tenant's users, in user-id order, with their last activity: written on every write
+    path (throttled by the caller), read page by page by ListUsers. Kept beside the usage
+    counters (same store family) because it answers the same question: who holds what."""
+
+    async def note(self, tenant: str, user_id: str, at: float) -> None:
+        """Record the user (a write at `at`); the last activity only moves forward."""
+        ...
+
+    async def remove(self, tenant: str, user_id: str) -> None:
+        """Forget the user (its data was erased)."""
+        ...
+
+    async def page(
+        self, tenant: str, *, prefix: str = "", after: str = "", limit: int
+    ) -> list[SeenUser]:
+        """Up to `limit` users of `tenant` whose id starts with `prefix`, in id order, each
+        after `after` (the last id of the previous page; empty: from the first)."""
+        ...
+
+    async def close(self) -> None: ...

@@ -20,7 +20,14 @@ from urllib.parse import quote
 from redis.exceptions import RedisError
 
 from memoryd.stores.hot.redis_store import user_prefix
-from memoryd.stores.redis_clients import DOWN, AsyncClient, FirstUse, open_async
+from memoryd.stores.redis_clients import (
+    DEFAULT_TIMEOUT_S,
+    DOWN,
+    AsyncClient,
+    FirstUse,
+    open_async,
+    run,
+)
 from memoryd.stores.usage.port import (
     GONE_TTL_S,
     Correction,
@@ -141,43 +148,54 @@ class RedisCounters:
         self._correct = client.register_script(_CORRECT)
 
     @classmethod
-    def from_url(cls, url: str, *, cluster: bool = False) -> RedisCounters:
-        return cls(open_async(url, cluster=cluster))
+    def from_url(
+        cls, url: str, *, cluster: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> RedisCounters:
+        return cls(open_async(url, cluster=cluster, timeout_s=timeout_s))
 
-    async def _call(self, step: Callable[[], Awaitable[T]]) -> T:
+    async def _call(self, step: Callable[[], Awaitable[T]], *, retry: bool) -> T:
+        """`retry`: see redis_clients.run; every call decides."""
         try:
             await self._first_use()
-            return await step()
+            return await run(step, retry=retry)
         except _FAILURES as exc:
             raise CountersUnavailable(f"redis: {exc}") from exc
 
-    async def _script(self, script: Any, keys: Sequence[str], args: Sequence[object]) -> Any:
-        return await self._call(lambda: script(keys=list(keys), args=list(args)))
+    async def _script(
+        self, script: Any, keys: Sequence[str], args: Sequence[object], *, retry: bool
+    ) -> Any:
+        return await self._call(lambda: script(keys=list(keys), args=list(args)), retry=retry)
 
     async def get(self, key: CounterKey) -> Counted | None:
         counter, _ = counter_keys(key)
-        n, b = await self._call(lambda: self._client.hmget(counter, ["n", "b"]))  # type: ignore[arg-type]
+        n, b = await self._call(
+            lambda: self._client.hmget(counter, ["n", "b"]),  # type: ignore[arg-type]
+            retry=True,
+        )
         return None if n is None or b is None else Counted(int(n), int(b))
 
     async def init(self, key: CounterKey, held: Counted) -> bool:
         counter, _ = counter_keys(key)
-        return int(await self._script(self._init, [counter], [held.count, held.bytes])) == 1
+        # Idempotent: it creates the counter only where there is none.
+        created = await self._script(self._init, [counter], [held.count, held.bytes], retry=True)
+        return int(created) == 1
 
     async def reserve(
         self, key: CounterKey, count: int, size: int, max_count: int, max_bytes: int
     ) -> Reservation:
         counter, _ = counter_keys(key)
+        # Not idempotent (nor settle, release, correct): a replay would count twice.
         outcome, n, b = await self._script(
-            self._reserve, [counter], [count, size, max_count, max_bytes]
+            self._reserve, [counter], [count, size, max_count, max_bytes], retry=False
         )
         return Reservation(_OUTCOMES[int(outcome)], Counted(int(n), int(b)))
 
     async def settle(self, key: CounterKey, count: int, size: int, ids: Sequence[str]) -> None:
-        await self._script(self._settle, counter_keys(key), [count, size, *ids])
+        await self._script(self._settle, counter_keys(key), [count, size, *ids], retry=False)
 
     async def release(self, key: CounterKey, count: int, size: int) -> None:
         counter, _ = counter_keys(key)
-        await self._script(self._release, [counter], [count, size])
+        await self._script(self._release, [counter], [count, size], retry=False)
 
     async def forget(self, key: CounterKey, removed: Mapping[str, int]) -> Counted:
         items = list(removed.items())
@@ -186,21 +204,27 @@ class RedisCounters:
             args: list[object] = [GONE_TTL_S]
             for i, n in items[start : start + _FORGET_CHUNK]:
                 args += [i, n]
-            dn, db = await self._script(self._forget, counter_keys(key), args)
+            # Idempotent: an id already in the gone set is not uncounted again.
+            dn, db = await self._script(self._forget, counter_keys(key), args, retry=True)
             count, size = count + int(dn), size + int(db)
         return Counted(count, size)
 
     async def snapshot(self, key: CounterKey) -> Snapshot | None:
         counter, _ = counter_keys(key)
         fields = ["n", "b", "pn", "pb", "v"]
-        n, b, pn, pb, v = await self._call(lambda: self._client.hmget(counter, fields))  # type: ignore[arg-type]
+        n, b, pn, pb, v = await self._call(
+            lambda: self._client.hmget(counter, fields),  # type: ignore[arg-type]
+            retry=True,
+        )
         if n is None or b is None or pn is None or pb is None or v is None:
             return None
         return Snapshot(Counted(int(n), int(b)), Counted(int(pn), int(pb)), int(v))
 
     async def correct(self, key: CounterKey, version: int, held: Counted) -> Correction | None:
         counter, _ = counter_keys(key)
-        got = await self._script(self._correct, [counter], [version, held.count, held.bytes])
+        got = await self._script(
+            self._correct, [counter], [version, held.count, held.bytes], retry=False
+        )
         if int(got[0]) == -1 and len(got) == 1:
             return None
         n0, b0, n1, b1 = (int(x) for x in got)
@@ -208,7 +232,7 @@ class RedisCounters:
 
     async def drop(self, key: CounterKey) -> None:
         counter, _ = counter_keys(key)
-        await self._call(lambda: self._client.delete(counter))
+        await self._call(lambda: self._client.delete(counter), retry=True)
 
     async def close(self) -> None:
         await self._client.aclose()

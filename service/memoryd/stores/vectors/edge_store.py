@@ -11,9 +11,10 @@ Layout under ``path``: ``<collection>/`` is the edge shard (segments + WAL) and
 * Thread safety: the shard is internally synchronised, so reads run unlocked; writes go
   through one lock so that `delete_where`'s count and delete see the same data. The
   engine keeps the GIL while it searches (qdrant-edge-py 0.9, measured: a Python loop
-  beside a thread of searches runs at half its speed on 2 idle cores), so a search in a
-  worker thread keeps the event loop free of its latency but not of its CPU: searches
-  and all Python work of the process take turns (benchmarks/edge_gil.py shows it).
+  beside a thread of searches runs at half its speed on 2 idle cores; benchmarks/edge_gil.py
+  shows it), so a worker thread would not spare the event loop its CPU:
+  `searches_keep_the_gil` tells the gateway to run searches on the loop (the other calls
+  run in worker threads).
 * The shard is this process's alone (the engine locks it), so every write passes through
   here: `generation` moves with each of them (per user: with each write that touches the
   user's points), and what the core derives from the points (the per-user term counts)
@@ -152,9 +153,12 @@ class EdgeVectorStore:
     def collection(self) -> str:
         return self._collection
 
-    @property
-    def searches_keep_the_gil(self) -> bool:
-        return True  # measured by benchmarks/edge_gil.py (qdrant-edge-py 0.9)
+    # An optional trait of this adapter (not part of the port), asked once by the gateway:
+    # the engine keeps the GIL from the start of a search to its end (measured by
+    # benchmarks/edge_gil.py, qdrant-edge-py 0.9), so a search in a worker thread would
+    # give the event loop nothing back and cost two thread wake-ups (ADR 0002): the
+    # gateway runs this adapter's searches on the loop.
+    searches_keep_the_gil = True
 
     def generation(self, tenant: str | None = None, user_id: str | None = None) -> int | None:
         if tenant is None or user_id is None:

@@ -3,7 +3,9 @@
 The core knows nothing of Qdrant. It speaks in `VectorPoint`s, a small `Filter` language
 and `RrfParams`; each adapter translates these into its own engine's model. Every method
 is synchronous and blocking: the core calls adapters from worker threads
-(`asyncio.to_thread`), so adapters must be safe to call from several threads at once.
+(`asyncio.to_thread`), so adapters must be safe to call from several threads at once. (An
+adapter whose searches keep the GIL throughout says so with its own optional trait,
+`searches_keep_the_gil`; the core then runs its searches on the event loop.)
 
 Conventions shared by every adapter (the contract tests pin them down):
 
@@ -325,22 +327,19 @@ class VectorStore(Protocol):
     @property
     def collection(self) -> str: ...
 
-    @property
-    def searches_keep_the_gil(self) -> bool:
-        """Whether `search` is in-process work that keeps the GIL from start to end (the
-        embedded engine): the core then calls it on the event loop, since a worker thread
-        would give the loop nothing back and cost two thread wake-ups per search (ADR
-        0002). False when a search waits on a server."""
-        ...
-
     def generation(self, tenant: str | None = None, user_id: str | None = None) -> int | None:
-        """A number that changes with every write (`upsert`, `delete`, `delete_where`,
+        """A number that moves by one with every write (`upsert`, `delete`, `delete_where`,
         `set_payload`) once it is done; with `tenant` and `user_id`, with every write that
         may touch that user's points (an adapter may move it for more writes than that,
         never fewer). None when writers this handle never sees may change the collection
-        (a shared server). While it stays the same, counts read from the store stay true,
-        so the core may keep them (the per-user term counts of retrieval). Cheap and
-        non-blocking: it may be called on the event loop."""
+        (a shared server): then it promises nothing.
+
+        Part of the port, not an adapter's performance trait: it is the store's answer to
+        "has anything I read changed since?", which only the store can give (like an
+        entity tag), and what the core keeps between requests is correct only through it
+        (core/memory/derived.py). Every adapter can answer it (None costs nothing), and the
+        contract suite checks it. Cheap and non-blocking: it may be called on the event
+        loop."""
         ...
 
     def upsert(self, points: Sequence[VectorPoint]) -> None:

@@ -213,10 +213,6 @@ class QdrantServerVectorStore:
     def collection(self) -> str:
         return self._collection
 
-    @property
-    def searches_keep_the_gil(self) -> bool:
-        return False  # a search waits on the server (local mode is for tests)
-
     @contextmanager
     def _op(self, what: str, guard: AbstractContextManager[Any]) -> Iterator[None]:
         with self._gate.op():

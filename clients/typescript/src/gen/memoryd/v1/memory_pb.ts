@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file memoryd/v1/memory.proto.
  */
 export const file_memoryd_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("ChdtZW1vcnlkL3YxL21lbW9yeS5wcm90bxIKbWVtb3J5ZC52MSJPCgVTY29wZRIPCgd1c2VyX2lkGAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSDwoHdGFza19pZBgEIAEoCSIyCgtFcGlzb2RlU3RlcBIOCgZhY3Rpb24YASABKAkSEwoLb2JzZXJ2YXRpb24YAiABKAkiYQoHRXBpc29kZRIMCgR0YXNrGAEgASgJEiYKBXN0ZXBzGAIgAygLMhcubWVtb3J5ZC52MS5FcGlzb2RlU3RlcBIPCgdvdXRjb21lGAMgASgJEg8KB3N1Y2Nlc3MYBCABKAgingEKCFJlbGF0aW9uEg8KB3N1YmplY3QYASABKAkSEQoJcHJlZGljYXRlGAIgASgJEg4KBm9iamVjdBgDIAEoCRIuCgp2YWxpZF9mcm9tGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgppbnZhbGlkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJzCgZFbnRpdHkSDAoEbmFtZRgBIAEoCRIMCgR0eXBlGAIgASgJEg8KB2FsaWFzZXMYAyADKAkSEwoLZGVzY3JpcHRpb24YBCABKAkSJwoJcmVsYXRpb25zGAUgAygLMhQubWVtb3J5ZC52MS5SZWxhdGlvbiJzCgtGYWN0VmVyc2lvbhIPCgdjb250ZW50GAEgASgJEiIKBnNvdXJjZRgCIAEoDjISLm1lbW9yeWQudjEuU291cmNlEi8KC3JlcGxhY2VkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKdAQoOQ29tbWFuZE91dGNvbWUSKQoGYWN0aW9uGAEgASgOMhkubWVtb3J5ZC52MS5Db21tYW5kQWN0aW9uEg8KB3N1YmplY3QYAiABKAkSJQoFZmFjdHMYAyADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0SKAoJb3BlcmF0aW9uGAQgASgOMhUubWVtb3J5ZC52MS5PcGVyYXRpb24izwYKCk1lbW9yeUl0ZW0SCgoCaWQYASABKAkSHgoEdGllchgCIAEoDjIQLm1lbW9yeWQudjEuVGllchIeCgRraW5kGAMgASgOMhAubWVtb3J5ZC52MS5LaW5kEg8KB2NvbnRlbnQYBCABKAkSCwoDa2V5GAUgASgJEg0KBXNjb3JlGAYgASgCEjYKCG1ldGFkYXRhGAcgAygLMiQubWVtb3J5ZC52MS5NZW1vcnlJdGVtLk1ldGFkYXRhRW50cnkSEgoKaW1wb3J0YW5jZRgIIAEoAhIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIiCgZzb3VyY2UYDCABKA4yEi5tZW1vcnlkLnYxLlNvdXJjZRIeCgRyb2xlGA0gASgOMhAubWVtb3J5ZC52MS5Sb2xlEhAKCGFnZW50X2lkGA4gASgJEhIKCnNlc3Npb25faWQYDyABKAkSDwoHdGFza19pZBgQIAEoCRIkCgdlcGlzb2RlGBEgASgLMhMubWVtb3J5ZC52MS5FcGlzb2RlEiYKCHJlbGF0aW9uGBIgASgLMhQubWVtb3J5ZC52MS5SZWxhdGlvbhIVCg1kb2N1bWVudF9qc29uGBMgASgJEhAKCGFyY2hpdmVkGBQgASgIEg8KB2RlbGV0ZWQYFSABKAgSIgoGZW50aXR5GBYgASgLMhIubWVtb3J5ZC52MS5FbnRpdHkSKAoHaGlzdG9yeRgXIAMoCzIXLm1lbW9yeWQudjEuRmFjdFZlcnNpb24SLwoLb2NjdXJyZWRfYXQYGCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHBvc2l0aW9uGBkgASgFEicKB2NvbnRleHQYGiADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0aLwoNTWV0YWRhdGFFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIt8ECgpBZGRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIeCgR0aWVyGAIgASgOMhAubWVtb3J5ZC52MS5UaWVyEg8KB2NvbnRlbnQYAyABKAkSHgoEa2luZBgEIAEoDjIQLm1lbW9yeWQudjEuS2luZBILCgNrZXkYBSABKAkSNgoIbWV0YWRhdGEYBiADKAsyJC5tZW1vcnlkLnYxLkFkZFJlcXVlc3QuTWV0YWRhdGFFbnRyeRIXCgppbXBvcnRhbmNlGAcgASgCSACIAQESLgoKZXhwaXJlc19hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHgoEcm9sZRgJIAEoDjIQLm1lbW9yeWQudjEuUm9sZRIiCgZzb3VyY2UYCiABKA4yEi5tZW1vcnlkLnYxLlNvdXJjZRISCgphdXRvX3BydW5lGAsgASgIEiQKB2VwaXNvZGUYDCABKAsyEy5tZW1vcnlkLnYxLkVwaXNvZGUSJgoIcmVsYXRpb24YDSABKAsyFC5tZW1vcnlkLnYxLlJlbGF0aW9uEhUKDWRvY3VtZW50X2pzb24YDiABKAkSIgoGZW50aXR5GA8gASgLMhIubWVtb3J5ZC52MS5FbnRpdHkSLwoLb2NjdXJyZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUINCgtfaW1wb3J0YW5jZSLaAQoLQWRkUmVzcG9uc2USEQoJbWVtb3J5X2lkGAEgASgJEigKCW9wZXJhdGlvbhgCIAEoDjIVLm1lbW9yeWQudjEuT3BlcmF0aW9uEh4KBHRpZXIYAyABKA4yEC5tZW1vcnlkLnYxLlRpZXISEgoKbGF0ZW5jeV9tcxgEIAEoARIXCg9xdW90YV9yZW1haW5pbmcYBSABKAMSFAoMZXZpY3RlZF9rZXlzGAYgAygJEisKB2NvbW1hbmQYByABKAsyGi5tZW1vcnlkLnYxLkNvbW1hbmRPdXRjb21lIjgKD0FkZEJhdGNoUmVxdWVzdBIlCgVpdGVtcxgBIAMoCzIWLm1lbW9yeWQudjEuQWRkUmVxdWVzdCJJCglJdGVtRXJyb3ISDAoEY29kZRgBIAEoBRIPCgdtZXNzYWdlGAIgASgJEg0KBWZpZWxkGAMgASgJEg4KBnJlYXNvbhgEIAEoCSL+AQoOQWRkQmF0Y2hSZXN1bHQSDQoFaW5kZXgYASABKAUSEQoJbWVtb3J5X2lkGAIgASgJEigKCW9wZXJhdGlvbhgDIAEoDjIVLm1lbW9yeWQudjEuT3BlcmF0aW9uEh4KBHRpZXIYBCABKA4yEC5tZW1vcnlkLnYxLlRpZXISFwoPcXVvdGFfcmVtYWluaW5nGAUgASgDEhQKDGV2aWN0ZWRfa2V5cxgGIAMoCRIkCgVlcnJvchgHIAEoCzIVLm1lbW9yeWQudjEuSXRlbUVycm9yEisKB2NvbW1hbmQYCCABKAsyGi5tZW1vcnlkLnYxLkNvbW1hbmRPdXRjb21lIoIBChBBZGRCYXRjaFJlc3BvbnNlEisKB3Jlc3VsdHMYASADKAsyGi5tZW1vcnlkLnYxLkFkZEJhdGNoUmVzdWx0EhcKD3N1Y2NlZWRlZF9jb3VudBgCIAEoBRIUCgxmYWlsZWRfY291bnQYAyABKAUSEgoKbGF0ZW5jeV9tcxgEIAEoASLoAgoPUmV0cmlldmVSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRINCgVxdWVyeRgCIAEoCRIfCgV0aWVycxgDIAMoDjIQLm1lbW9yeWQudjEuVGllchINCgV0b3BfaxgEIAEoBRI5CgdmaWx0ZXJzGAUgAygLMigubWVtb3J5ZC52MS5SZXRyaWV2ZVJlcXVlc3QuRmlsdGVyc0VudHJ5Eh8KBWtpbmRzGAYgAygOMhAubWVtb3J5ZC52MS5LaW5kEhYKCW1pbl9zY29yZRgHIAEoAkgAiAEBEhkKDHRva2VuX2J1ZGdldBgIIAEoBUgBiAEBEhYKDmNvbnRleHRfd2luZG93GAkgASgFGi4KDEZpbHRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgwKCl9taW5fc2NvcmVCDwoNX3Rva2VuX2J1ZGdldCLhAQoQUmV0cmlldmVSZXNwb25zZRIlCgVpdGVtcxgBIAMoCzIWLm1lbW9yeWQudjEuTWVtb3J5SXRlbRITCgt0b3RhbF9jb3VudBgCIAEoBRIUCgxlbWJlZGRpbmdfbXMYAyABKAESFAoMcmV0cmlldmFsX21zGAQgASgBEhMKC3Rva2VuX2NvdW50GAUgASgFEhEKCXRydW5jYXRlZBgGIAEoCBIUCgxyYXRlX2xpbWl0ZWQYByABKAgSJwoNc2tpcHBlZF90aWVycxgIIAMoDjIQLm1lbW9yeWQudjEuVGllciJpCgpHZXRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIeCgR0aWVyGAIgASgOMhAubWVtb3J5ZC52MS5UaWVyEgsKA2lkcxgDIAMoCRIMCgRrZXlzGAQgAygJIkUKC0dldFJlc3BvbnNlEiUKBWl0ZW1zGAEgAygLMhYubWVtb3J5ZC52MS5NZW1vcnlJdGVtEg8KB21pc3NpbmcYAiADKAkibAoNRGVsZXRlUmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUSHgoEdGllchgCIAEoDjIQLm1lbW9yeWQudjEuVGllchILCgNpZHMYAyADKAkSDAoEa2V5cxgEIAMoCSInCg5EZWxldGVSZXNwb25zZRIVCg1kZWxldGVkX2NvdW50GAEgASgDIqECCgxQcnVuZVJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEh8KBXRpZXJzGAIgAygOMhAubWVtb3J5ZC52MS5UaWVyEisKCHN0cmF0ZWd5GAMgASgOMhkubWVtb3J5ZC52MS5QcnVuZVN0cmF0ZWd5Eg8KB3BlcmNlbnQYBCABKAISFwoPb2xkZXJfdGhhbl9kYXlzGAUgASgFEjYKB2ZpbHRlcnMYBiADKAsyJS5tZW1vcnlkLnYxLlBydW5lUmVxdWVzdC5GaWx0ZXJzRW50cnkSDwoHZHJ5X3J1bhgHIAEoCBouCgxGaWx0ZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI6CglUaWVyQ291bnQSHgoEdGllchgBIAEoDjIQLm1lbW9yeWQudjEuVGllchINCgVjb3VudBgCIAEoAyJ4Cg1QcnVuZVJlc3BvbnNlEhUKDWRlbGV0ZWRfY291bnQYASABKAMSFgoOYXJjaGl2ZWRfY291bnQYAiABKAMSDwoHZHJ5X3J1bhgDIAEoCBInCghwZXJfdGllchgEIAMoCzIVLm1lbW9yeWQudjEuVGllckNvdW50ImwKDUV4cG9ydFJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEh8KBXRpZXJzGAIgAygOMhAubWVtb3J5ZC52MS5UaWVyEhgKEGluY2x1ZGVfYXJjaGl2ZWQYAyABKAgixwEKDEV4cG9ydEhlYWRlchIPCgd1c2VyX2lkGAEgASgJEi8KC2V4cG9ydGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIlCgZjb3VudHMYAyADKAsyFS5tZW1vcnlkLnYxLlRpZXJDb3VudBINCgV0b3RhbBgEIAEoAxIWCg5mb3JtYXRfdmVyc2lvbhgFIAEoCRInCg1za2lwcGVkX3RpZXJzGAYgAygOMhAubWVtb3J5ZC52MS5UaWVyIlUKDUV4cG9ydFRyYWlsZXISEgoKaXRlbV9jb3VudBgBIAEoAxIXCg9jaGVja3N1bV9zaGEyNTYYAiABKAkSFwoPY2hlY2tzdW1fZm9ybWF0GAMgASgJIp0BCg5FeHBvcnRSZXNwb25zZRIqCgZoZWFkZXIYASABKAsyGC5tZW1vcnlkLnYxLkV4cG9ydEhlYWRlckgAEiYKBGl0ZW0YAiABKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW1IABIsCgd0cmFpbGVyGAMgASgLMhkubWVtb3J5ZC52MS5FeHBvcnRUcmFpbGVySABCCQoHcGF5bG9hZCLSAQoNSW1wb3J0UmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUSKgoGaGVhZGVyGAIgASgLMhgubWVtb3J5ZC52MS5FeHBvcnRIZWFkZXJIABImCgRpdGVtGAMgASgLMhYubWVtb3J5ZC52MS5NZW1vcnlJdGVtSAASLAoHdHJhaWxlchgEIAEoCzIZLm1lbW9yeWQudjEuRXhwb3J0VHJhaWxlckgAEhIKCmF1dG9fcHJ1bmUYBSABKAhCCQoHcGF5bG9hZCJaCg5JbXBvcnRSZXNwb25zZRIWCg5pbXBvcnRlZF9jb3VudBgBIAEoAxIVCg1za2lwcGVkX2NvdW50GAIgASgDEhkKEWNoZWNrc3VtX3ZlcmlmaWVkGAMgASgIIjAKDFVzYWdlUmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUigAEKCVRpZXJVc2FnZRIeCgR0aWVyGAEgASgOMhAubWVtb3J5ZC52MS5UaWVyEg0KBWNvdW50GAIgASgDEg0KBWJ5dGVzGAMgASgDEhEKCW1heF9jb3VudBgEIAEoAxIRCgltYXhfYnl0ZXMYBSABKAMSDwoHcGVyY2VudBgGIAEoASJdCgpVc2FnZUFsZXJ0Eh4KBHRpZXIYASABKA4yEC5tZW1vcnlkLnYxLlRpZXISDQoFbGV2ZWwYAiABKAkSDwoHcGVyY2VudBgDIAEoARIPCgdtZXNzYWdlGAQgASgJIsEBCg1Vc2FnZVJlc3BvbnNlEiQKBXRpZXJzGAEgAygLMhUubWVtb3J5ZC52MS5UaWVyVXNhZ2USJgoGYWxlcnRzGAIgAygLMhYubWVtb3J5ZC52MS5Vc2FnZUFsZXJ0EiIKGmVzdGltYXRlZF9tb250aGx5X2Nvc3RfdXNkGAMgASgBEhUKDXF1b3RhX3Byb2ZpbGUYBCABKAkSJwoNc2tpcHBlZF90aWVycxgFIAMoDjIQLm1lbW9yeWQudjEuVGllciLhAQoUUmVuZGVyQ29udGV4dFJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEg0KBXF1ZXJ5GAIgASgJEhkKDHRva2VuX2J1ZGdldBgDIAEoBUgAiAEBEh8KBXRpZXJzGAQgAygOMhAubWVtb3J5ZC52MS5UaWVyEg0KBXRvcF9rGAUgASgFEhYKCW1pbl9zY29yZRgGIAEoAkgBiAEBEhYKDmNvbnRleHRfd2luZG93GAcgASgFQg8KDV90b2tlbl9idWRnZXRCDAoKX21pbl9zY29yZSJ6ChVSZW5kZXJDb250ZXh0UmVzcG9uc2USDwoHY29udGV4dBgBIAEoCRITCgt0b2tlbl9jb3VudBgCIAEoBRIRCgl0cnVuY2F0ZWQYAyABKAgSEgoKaXRlbV9jb3VudBgEIAEoBRIUCgxyYXRlX2xpbWl0ZWQYBSABKAgidwoRRW5kU2Vzc2lvblJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEhoKDWV4dHJhY3RfZmFjdHMYAiABKAhIAIgBARISCgphdXRvX3BydW5lGAMgASgIQhAKDl9leHRyYWN0X2ZhY3RzIqwCChJFbmRTZXNzaW9uUmVzcG9uc2USGgoSbWVzc2FnZXNfcHJvY2Vzc2VkGAEgASgFEhcKD2ZhY3RzX2V4dHJhY3RlZBgCIAEoBRIlCgVmYWN0cxgDIAMoCzIWLm1lbW9yeWQudjEuTWVtb3J5SXRlbRITCgthZGRlZF9jb3VudBgEIAEoBRIVCg11cGRhdGVkX2NvdW50GAUgASgFEhUKDXNraXBwZWRfY291bnQYBiABKAUSEQoJYWRkZWRfaWRzGAcgAygJEhMKC3VwZGF0ZWRfaWRzGAggAygJEhoKEmV4dHJhY3Rpb25fc2tpcHBlZBgJIAEoCBIhChlleHRyYWN0aW9uX3NraXBwZWRfcmVhc29uGAogASgJEhAKCHdhcm5pbmdzGAsgAygJKqIBCgRUaWVyEhQKEFRJRVJfVU5TUEVDSUZJRUQQABIQCgxUSUVSX1dPUktJTkcQARITCg9USUVSX1NIT1JUX1RFUk0QAhISCg5USUVSX0xPTkdfVEVSTRADEhAKDFRJRVJfUEVSU09OQRAEEhEKDVRJRVJfRVBJU09ESUMQBRIPCgtUSUVSX0VOVElUWRAGEhMKD1RJRVJfU1RSVUNUVVJFRBAHKr0BCgRLaW5kEhQKEEtJTkRfVU5TUEVDSUZJRUQQABINCglLSU5EX0ZBQ1QQARITCg9LSU5EX1BSRUZFUkVOQ0UQAhIRCg1LSU5EX0RFQ0lTSU9OEAMSDQoJS0lORF9OT1RFEAQSEAoMS0lORF9NRVNTQUdFEAUSEAoMS0lORF9FUElTT0RFEAYSDwoLS0lORF9FTlRJVFkQBxIRCg1LSU5EX1JFTEFUSU9OEAgSEQoNS0lORF9ET0NVTUVOVBAJKooBCglPcGVyYXRpb24SGQoVT1BFUkFUSU9OX1VOU1BFQ0lGSUVEEAASEQoNT1BFUkFUSU9OX0FERBABEhwKGE9QRVJBVElPTl9BRERfV0lUSF9QUlVORRACEhoKFk9QRVJBVElPTl9ERURVUExJQ0FURUQQAxIVChFPUEVSQVRJT05fVVBEQVRFRBAEKl8KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg0KCVJPTEVfVVNFUhABEhIKDlJPTEVfQVNTSVNUQU5UEAISDwoLUk9MRV9TWVNURU0QAxINCglST0xFX1RPT0wQBCpGCgZTb3VyY2USFgoSU09VUkNFX1VOU1BFQ0lGSUVEEAASEwoPU09VUkNFX0VYUExJQ0lUEAESDwoLU09VUkNFX0FVVE8QAipnCg1Db21tYW5kQWN0aW9uEh4KGkNPTU1BTkRfQUNUSU9OX1VOU1BFQ0lGSUVEEAASGwoXQ09NTUFORF9BQ1RJT05fUkVNRU1CRVIQARIZChVDT01NQU5EX0FDVElPTl9GT1JHRVQQAirLAQoNUHJ1bmVTdHJhdGVneRIeChpQUlVORV9TVFJBVEVHWV9VTlNQRUNJRklFRBAAEiEKHVBSVU5FX1NUUkFURUdZX09MREVTVF9QRVJDRU5UEAESGgoWUFJVTkVfU1RSQVRFR1lfRVhQSVJFRBACEiUKIVBSVU5FX1NUUkFURUdZX0FSQ0hJVkVfT0xERVJfVEhBThADEhwKGFBSVU5FX1NUUkFURUdZX0JZX0ZJTFRFUhAEEhYKElBSVU5FX1NUUkFURUdZX0FMTBAFMvMFCg1NZW1vcnlTZXJ2aWNlEjYKA0FkZBIWLm1lbW9yeWQudjEuQWRkUmVxdWVzdBoXLm1lbW9yeWQudjEuQWRkUmVzcG9uc2USRQoIQWRkQmF0Y2gSGy5tZW1vcnlkLnYxLkFkZEJhdGNoUmVxdWVzdBocLm1lbW9yeWQudjEuQWRkQmF0Y2hSZXNwb25zZRJFCghSZXRyaWV2ZRIbLm1lbW9yeWQudjEuUmV0cmlldmVSZXF1ZXN0GhwubWVtb3J5ZC52MS5SZXRyaWV2ZVJlc3BvbnNlEjYKA0dldBIWLm1lbW9yeWQudjEuR2V0UmVxdWVzdBoXLm1lbW9yeWQudjEuR2V0UmVzcG9uc2USPwoGRGVsZXRlEhkubWVtb3J5ZC52MS5EZWxldGVSZXF1ZXN0GhoubWVtb3J5ZC52MS5EZWxldGVSZXNwb25zZRI8CgVQcnVuZRIYLm1lbW9yeWQudjEuUHJ1bmVSZXF1ZXN0GhkubWVtb3J5ZC52MS5QcnVuZVJlc3BvbnNlEkEKBkV4cG9ydBIZLm1lbW9yeWQudjEuRXhwb3J0UmVxdWVzdBoaLm1lbW9yeWQudjEuRXhwb3J0UmVzcG9uc2UwARJBCgZJbXBvcnQSGS5tZW1vcnlkLnYxLkltcG9ydFJlcXVlc3QaGi5tZW1vcnlkLnYxLkltcG9ydFJlc3BvbnNlKAESPAoFVXNhZ2USGC5tZW1vcnlkLnYxLlVzYWdlUmVxdWVzdBoZLm1lbW9yeWQudjEuVXNhZ2VSZXNwb25zZRJUCg1SZW5kZXJDb250ZXh0EiAubWVtb3J5ZC52MS5SZW5kZXJDb250ZXh0UmVxdWVzdBohLm1lbW9yeWQudjEuUmVuZGVyQ29udGV4dFJlc3BvbnNlEksKCkVuZFNlc3Npb24SHS5tZW1vcnlkLnYxLkVuZFNlc3Npb25SZXF1ZXN0Gh4ubWVtb3J5ZC52MS5FbmRTZXNzaW9uUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("ChdtZW1vcnlkL3YxL21lbW9yeS5wcm90bxIKbWVtb3J5ZC52MSJPCgVTY29wZRIPCgd1c2VyX2lkGAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSDwoHdGFza19pZBgEIAEoCSIyCgtFcGlzb2RlU3RlcBIOCgZhY3Rpb24YASABKAkSEwoLb2JzZXJ2YXRpb24YAiABKAkiYQoHRXBpc29kZRIMCgR0YXNrGAEgASgJEiYKBXN0ZXBzGAIgAygLMhcubWVtb3J5ZC52MS5FcGlzb2RlU3RlcBIPCgdvdXRjb21lGAMgASgJEg8KB3N1Y2Nlc3MYBCABKAgingEKCFJlbGF0aW9uEg8KB3N1YmplY3QYASABKAkSEQoJcHJlZGljYXRlGAIgASgJEg4KBm9iamVjdBgDIAEoCRIuCgp2YWxpZF9mcm9tGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgppbnZhbGlkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJzCgZFbnRpdHkSDAoEbmFtZRgBIAEoCRIMCgR0eXBlGAIgASgJEg8KB2FsaWFzZXMYAyADKAkSEwoLZGVzY3JpcHRpb24YBCABKAkSJwoJcmVsYXRpb25zGAUgAygLMhQubWVtb3J5ZC52MS5SZWxhdGlvbiJzCgtGYWN0VmVyc2lvbhIPCgdjb250ZW50GAEgASgJEiIKBnNvdXJjZRgCIAEoDjISLm1lbW9yeWQudjEuU291cmNlEi8KC3JlcGxhY2VkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKdAQoOQ29tbWFuZE91dGNvbWUSKQoGYWN0aW9uGAEgASgOMhkubWVtb3J5ZC52MS5Db21tYW5kQWN0aW9uEg8KB3N1YmplY3QYAiABKAkSJQoFZmFjdHMYAyADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0SKAoJb3BlcmF0aW9uGAQgASgOMhUubWVtb3J5ZC52MS5PcGVyYXRpb24i/QYKCk1lbW9yeUl0ZW0SCgoCaWQYASABKAkSHgoEdGllchgCIAEoDjIQLm1lbW9yeWQudjEuVGllchIeCgRraW5kGAMgASgOMhAubWVtb3J5ZC52MS5LaW5kEg8KB2NvbnRlbnQYBCABKAkSCwoDa2V5GAUgASgJEg0KBXNjb3JlGAYgASgCEjYKCG1ldGFkYXRhGAcgAygLMiQubWVtb3J5ZC52MS5NZW1vcnlJdGVtLk1ldGFkYXRhRW50cnkSEgoKaW1wb3J0YW5jZRgIIAEoAhIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIiCgZzb3VyY2UYDCABKA4yEi5tZW1vcnlkLnYxLlNvdXJjZRIeCgRyb2xlGA0gASgOMhAubWVtb3J5ZC52MS5Sb2xlEhAKCGFnZW50X2lkGA4gASgJEhIKCnNlc3Npb25faWQYDyABKAkSDwoHdGFza19pZBgQIAEoCRIkCgdlcGlzb2RlGBEgASgLMhMubWVtb3J5ZC52MS5FcGlzb2RlEiYKCHJlbGF0aW9uGBIgASgLMhQubWVtb3J5ZC52MS5SZWxhdGlvbhIVCg1kb2N1bWVudF9qc29uGBMgASgJEhAKCGFyY2hpdmVkGBQgASgIEg8KB2RlbGV0ZWQYFSABKAgSIgoGZW50aXR5GBYgASgLMhIubWVtb3J5ZC52MS5FbnRpdHkSKAoHaGlzdG9yeRgXIAMoCzIXLm1lbW9yeWQudjEuRmFjdFZlcnNpb24SLwoLb2NjdXJyZWRfYXQYGCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHBvc2l0aW9uGBkgASgFEicKB2NvbnRleHQYGiADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0SLAoHZXhwbGFpbhgbIAEoCzIbLm1lbW9yeWQudjEuU2NvcmVDb21wb25lbnRzGi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKHAgoPU2NvcmVDb21wb25lbnRzEg0KBWRlbnNlGAEgASgCEg8KB2tleXdvcmQYAiABKAISNQoFbGlmdHMYAyADKAsyJi5tZW1vcnlkLnYxLlNjb3JlQ29tcG9uZW50cy5MaWZ0c0VudHJ5EgsKA21tchgEIAEoAhINCgVmaW5hbBgFIAEoAhINCgVmdXNlZBgGIAEoAhIMCgRibTI1GAcgASgCEhUKDWtleXdvcmRfc2hhcmUYCCABKAISEQoJcmVsZXZhbmNlGAkgASgCEgwKBHJhbmsYCiABKAIaLAoKTGlmdHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAI6AjgBIt8ECgpBZGRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIeCgR0aWVyGAIgASgOMhAubWVtb3J5ZC52MS5UaWVyEg8KB2NvbnRlbnQYAyABKAkSHgoEa2luZBgEIAEoDjIQLm1lbW9yeWQudjEuS2luZBILCgNrZXkYBSABKAkSNgoIbWV0YWRhdGEYBiADKAsyJC5tZW1vcnlkLnYxLkFkZFJlcXVlc3QuTWV0YWRhdGFFbnRyeRIXCgppbXBvcnRhbmNlGAcgASgCSACIAQESLgoKZXhwaXJlc19hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHgoEcm9sZRgJIAEoDjIQLm1lbW9yeWQudjEuUm9sZRIiCgZzb3VyY2UYCiABKA4yEi5tZW1vcnlkLnYxLlNvdXJjZRISCgphdXRvX3BydW5lGAsgASgIEiQKB2VwaXNvZGUYDCABKAsyEy5tZW1vcnlkLnYxLkVwaXNvZGUSJgoIcmVsYXRpb24YDSABKAsyFC5tZW1vcnlkLnYxLlJlbGF0aW9uEhUKDWRvY3VtZW50X2pzb24YDiABKAkSIgoGZW50aXR5GA8gASgLMhIubWVtb3J5ZC52MS5FbnRpdHkSLwoLb2NjdXJyZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wGi8KDU1ldGFkYXRhRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUINCgtfaW1wb3J0YW5jZSLaAQoLQWRkUmVzcG9uc2USEQoJbWVtb3J5X2lkGAEgASgJEigKCW9wZXJhdGlvbhgCIAEoDjIVLm1lbW9yeWQudjEuT3BlcmF0aW9uEh4KBHRpZXIYAyABKA4yEC5tZW1vcnlkLnYxLlRpZXISEgoKbGF0ZW5jeV9tcxgEIAEoARIXCg9xdW90YV9yZW1haW5pbmcYBSABKAMSFAoMZXZpY3RlZF9rZXlzGAYgAygJEisKB2NvbW1hbmQYByABKAsyGi5tZW1vcnlkLnYxLkNvbW1hbmRPdXRjb21lIjgKD0FkZEJhdGNoUmVxdWVzdBIlCgVpdGVtcxgBIAMoCzIWLm1lbW9yeWQudjEuQWRkUmVxdWVzdCJJCglJdGVtRXJyb3ISDAoEY29kZRgBIAEoBRIPCgdtZXNzYWdlGAIgASgJEg0KBWZpZWxkGAMgASgJEg4KBnJlYXNvbhgEIAEoCSL+AQoOQWRkQmF0Y2hSZXN1bHQSDQoFaW5kZXgYASABKAUSEQoJbWVtb3J5X2lkGAIgASgJEigKCW9wZXJhdGlvbhgDIAEoDjIVLm1lbW9yeWQudjEuT3BlcmF0aW9uEh4KBHRpZXIYBCABKA4yEC5tZW1vcnlkLnYxLlRpZXISFwoPcXVvdGFfcmVtYWluaW5nGAUgASgDEhQKDGV2aWN0ZWRfa2V5cxgGIAMoCRIkCgVlcnJvchgHIAEoCzIVLm1lbW9yeWQudjEuSXRlbUVycm9yEisKB2NvbW1hbmQYCCABKAsyGi5tZW1vcnlkLnYxLkNvbW1hbmRPdXRjb21lIoIBChBBZGRCYXRjaFJlc3BvbnNlEisKB3Jlc3VsdHMYASADKAsyGi5tZW1vcnlkLnYxLkFkZEJhdGNoUmVzdWx0EhcKD3N1Y2NlZWRlZF9jb3VudBgCIAEoBRIUCgxmYWlsZWRfY291bnQYAyABKAUSEgoKbGF0ZW5jeV9tcxgEIAEoASL5AgoPUmV0cmlldmVSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRINCgVxdWVyeRgCIAEoCRIfCgV0aWVycxgDIAMoDjIQLm1lbW9yeWQudjEuVGllchINCgV0b3BfaxgEIAEoBRI5CgdmaWx0ZXJzGAUgAygLMigubWVtb3J5ZC52MS5SZXRyaWV2ZVJlcXVlc3QuRmlsdGVyc0VudHJ5Eh8KBWtpbmRzGAYgAygOMhAubWVtb3J5ZC52MS5LaW5kEhYKCW1pbl9zY29yZRgHIAEoAkgAiAEBEhkKDHRva2VuX2J1ZGdldBgIIAEoBUgBiAEBEhYKDmNvbnRleHRfd2luZG93GAkgASgFEg8KB2V4cGxhaW4YCiABKAgaLgoMRmlsdGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDAoKX21pbl9zY29yZUIPCg1fdG9rZW5fYnVkZ2V0IuEBChBSZXRyaWV2ZVJlc3BvbnNlEiUKBWl0ZW1zGAEgAygLMhYubWVtb3J5ZC52MS5NZW1vcnlJdGVtEhMKC3RvdGFsX2NvdW50GAIgASgFEhQKDGVtYmVkZGluZ19tcxgDIAEoARIUCgxyZXRyaWV2YWxfbXMYBCABKAESEwoLdG9rZW5fY291bnQYBSABKAUSEQoJdHJ1bmNhdGVkGAYgASgIEhQKDHJhdGVfbGltaXRlZBgHIAEoCBInCg1za2lwcGVkX3RpZXJzGAggAygOMhAubWVtb3J5ZC52MS5UaWVyImkKCkdldFJlcXVlc3QSIAoFc2NvcGUYASABKAsyES5tZW1vcnlkLnYxLlNjb3BlEh4KBHRpZXIYAiABKA4yEC5tZW1vcnlkLnYxLlRpZXISCwoDaWRzGAMgAygJEgwKBGtleXMYBCADKAkiRQoLR2V0UmVzcG9uc2USJQoFaXRlbXMYASADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0SDwoHbWlzc2luZxgCIAMoCSJsCg1EZWxldGVSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIeCgR0aWVyGAIgASgOMhAubWVtb3J5ZC52MS5UaWVyEgsKA2lkcxgDIAMoCRIMCgRrZXlzGAQgAygJIicKDkRlbGV0ZVJlc3BvbnNlEhUKDWRlbGV0ZWRfY291bnQYASABKAMioQIKDFBydW5lUmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUSHwoFdGllcnMYAiADKA4yEC5tZW1vcnlkLnYxLlRpZXISKwoIc3RyYXRlZ3kYAyABKA4yGS5tZW1vcnlkLnYxLlBydW5lU3RyYXRlZ3kSDwoHcGVyY2VudBgEIAEoAhIXCg9vbGRlcl90aGFuX2RheXMYBSABKAUSNgoHZmlsdGVycxgGIAMoCzIlLm1lbW9yeWQudjEuUHJ1bmVSZXF1ZXN0LkZpbHRlcnNFbnRyeRIPCgdkcnlfcnVuGAcgASgIGi4KDEZpbHRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjoKCVRpZXJDb3VudBIeCgR0aWVyGAEgASgOMhAubWVtb3J5ZC52MS5UaWVyEg0KBWNvdW50GAIgASgDIngKDVBydW5lUmVzcG9uc2USFQoNZGVsZXRlZF9jb3VudBgBIAEoAxIWCg5hcmNoaXZlZF9jb3VudBgCIAEoAxIPCgdkcnlfcnVuGAMgASgIEicKCHBlcl90aWVyGAQgAygLMhUubWVtb3J5ZC52MS5UaWVyQ291bnQibAoNRXhwb3J0UmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUSHwoFdGllcnMYAiADKA4yEC5tZW1vcnlkLnYxLlRpZXISGAoQaW5jbHVkZV9hcmNoaXZlZBgDIAEoCCLHAQoMRXhwb3J0SGVhZGVyEg8KB3VzZXJfaWQYASABKAkSLwoLZXhwb3J0ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBmNvdW50cxgDIAMoCzIVLm1lbW9yeWQudjEuVGllckNvdW50Eg0KBXRvdGFsGAQgASgDEhYKDmZvcm1hdF92ZXJzaW9uGAUgASgJEicKDXNraXBwZWRfdGllcnMYBiADKA4yEC5tZW1vcnlkLnYxLlRpZXIiVQoNRXhwb3J0VHJhaWxlchISCgppdGVtX2NvdW50GAEgASgDEhcKD2NoZWNrc3VtX3NoYTI1NhgCIAEoCRIXCg9jaGVja3N1bV9mb3JtYXQYAyABKAkinQEKDkV4cG9ydFJlc3BvbnNlEioKBmhlYWRlchgBIAEoCzIYLm1lbW9yeWQudjEuRXhwb3J0SGVhZGVySAASJgoEaXRlbRgCIAEoCzIWLm1lbW9yeWQudjEuTWVtb3J5SXRlbUgAEiwKB3RyYWlsZXIYAyABKAsyGS5tZW1vcnlkLnYxLkV4cG9ydFRyYWlsZXJIAEIJCgdwYXlsb2FkItIBCg1JbXBvcnRSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZRIqCgZoZWFkZXIYAiABKAsyGC5tZW1vcnlkLnYxLkV4cG9ydEhlYWRlckgAEiYKBGl0ZW0YAyABKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW1IABIsCgd0cmFpbGVyGAQgASgLMhkubWVtb3J5ZC52MS5FeHBvcnRUcmFpbGVySAASEgoKYXV0b19wcnVuZRgFIAEoCEIJCgdwYXlsb2FkIloKDkltcG9ydFJlc3BvbnNlEhYKDmltcG9ydGVkX2NvdW50GAEgASgDEhUKDXNraXBwZWRfY291bnQYAiABKAMSGQoRY2hlY2tzdW1fdmVyaWZpZWQYAyABKAgiMAoMVXNhZ2VSZXF1ZXN0EiAKBXNjb3BlGAEgASgLMhEubWVtb3J5ZC52MS5TY29wZSKAAQoJVGllclVzYWdlEh4KBHRpZXIYASABKA4yEC5tZW1vcnlkLnYxLlRpZXISDQoFY291bnQYAiABKAMSDQoFYnl0ZXMYAyABKAMSEQoJbWF4X2NvdW50GAQgASgDEhEKCW1heF9ieXRlcxgFIAEoAxIPCgdwZXJjZW50GAYgASgBIl0KClVzYWdlQWxlcnQSHgoEdGllchgBIAEoDjIQLm1lbW9yeWQudjEuVGllchINCgVsZXZlbBgCIAEoCRIPCgdwZXJjZW50GAMgASgBEg8KB21lc3NhZ2UYBCABKAkiwQEKDVVzYWdlUmVzcG9uc2USJAoFdGllcnMYASADKAsyFS5tZW1vcnlkLnYxLlRpZXJVc2FnZRImCgZhbGVydHMYAiADKAsyFi5tZW1vcnlkLnYxLlVzYWdlQWxlcnQSIgoaZXN0aW1hdGVkX21vbnRobHlfY29zdF91c2QYAyABKAESFQoNcXVvdGFfcHJvZmlsZRgEIAEoCRInCg1za2lwcGVkX3RpZXJzGAUgAygOMhAubWVtb3J5ZC52MS5UaWVyIuEBChRSZW5kZXJDb250ZXh0UmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUSDQoFcXVlcnkYAiABKAkSGQoMdG9rZW5fYnVkZ2V0GAMgASgFSACIAQESHwoFdGllcnMYBCADKA4yEC5tZW1vcnlkLnYxLlRpZXISDQoFdG9wX2sYBSABKAUSFgoJbWluX3Njb3JlGAYgASgCSAGIAQESFgoOY29udGV4dF93aW5kb3cYByABKAVCDwoNX3Rva2VuX2J1ZGdldEIMCgpfbWluX3Njb3JlInoKFVJlbmRlckNvbnRleHRSZXNwb25zZRIPCgdjb250ZXh0GAEgASgJEhMKC3Rva2VuX2NvdW50GAIgASgFEhEKCXRydW5jYXRlZBgDIAEoCBISCgppdGVtX2NvdW50GAQgASgFEhQKDHJhdGVfbGltaXRlZBgFIAEoCCJ3ChFFbmRTZXNzaW9uUmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUSGgoNZXh0cmFjdF9mYWN0cxgCIAEoCEgAiAEBEhIKCmF1dG9fcHJ1bmUYAyABKAhCEAoOX2V4dHJhY3RfZmFjdHMirAIKEkVuZFNlc3Npb25SZXNwb25zZRIaChJtZXNzYWdlc19wcm9jZXNzZWQYASABKAUSFwoPZmFjdHNfZXh0cmFjdGVkGAIgASgFEiUKBWZhY3RzGAMgAygLMhYubWVtb3J5ZC52MS5NZW1vcnlJdGVtEhMKC2FkZGVkX2NvdW50GAQgASgFEhUKDXVwZGF0ZWRfY291bnQYBSABKAUSFQoNc2tpcHBlZF9jb3VudBgGIAEoBRIRCglhZGRlZF9pZHMYByADKAkSEwoLdXBkYXRlZF9pZHMYCCADKAkSGgoSZXh0cmFjdGlvbl9za2lwcGVkGAkgASgIEiEKGWV4dHJhY3Rpb25fc2tpcHBlZF9yZWFzb24YCiABKAkSEAoId2FybmluZ3MYCyADKAkiUQoQTGlzdFVzZXJzUmVxdWVzdBIWCg51c2VyX2lkX3ByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSKgAQoLVXNlclN1bW1hcnkSDwoHdXNlcl9pZBgBIAEoCRIkCgV0aWVycxgCIAMoCzIVLm1lbW9yeWQudjEuVGllclVzYWdlEiYKBmFsZXJ0cxgDIAMoCzIWLm1lbW9yeWQudjEuVXNhZ2VBbGVydBIyCg5sYXN0X2FjdGl2ZV9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiVAoRTGlzdFVzZXJzUmVzcG9uc2USJgoFdXNlcnMYASADKAsyFy5tZW1vcnlkLnYxLlVzZXJTdW1tYXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKPAgoTTGlzdE1lbW9yaWVzUmVxdWVzdBIgCgVzY29wZRgBIAEoCzIRLm1lbW9yeWQudjEuU2NvcGUSHwoFdGllcnMYAiADKA4yEC5tZW1vcnlkLnYxLlRpZXISHwoFa2luZHMYAyADKA4yEC5tZW1vcnlkLnYxLktpbmQSPQoHZmlsdGVycxgEIAMoCzIsLm1lbW9yeWQudjEuTGlzdE1lbW9yaWVzUmVxdWVzdC5GaWx0ZXJzRW50cnkSEQoJcGFnZV9zaXplGAUgASgFEhIKCnBhZ2VfdG9rZW4YBiABKAkaLgoMRmlsdGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiVgoUTGlzdE1lbW9yaWVzUmVzcG9uc2USJQoFaXRlbXMYASADKAsyFi5tZW1vcnlkLnYxLk1lbW9yeUl0ZW0SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJKqIBCgRUaWVyEhQKEFRJRVJfVU5TUEVDSUZJRUQQABIQCgxUSUVSX1dPUktJTkcQARITCg9USUVSX1NIT1JUX1RFUk0QAhISCg5USUVSX0xPTkdfVEVSTRADEhAKDFRJRVJfUEVSU09OQRAEEhEKDVRJRVJfRVBJU09ESUMQBRIPCgtUSUVSX0VOVElUWRAGEhMKD1RJRVJfU1RSVUNUVVJFRBAHKr0BCgRLaW5kEhQKEEtJTkRfVU5TUEVDSUZJRUQQABINCglLSU5EX0ZBQ1QQARITCg9LSU5EX1BSRUZFUkVOQ0UQAhIRCg1LSU5EX0RFQ0lTSU9OEAMSDQoJS0lORF9OT1RFEAQSEAoMS0lORF9NRVNTQUdFEAUSEAoMS0lORF9FUElTT0RFEAYSDwoLS0lORF9FTlRJVFkQBxIRCg1LSU5EX1JFTEFUSU9OEAgSEQoNS0lORF9ET0NVTUVOVBAJKooBCglPcGVyYXRpb24SGQoVT1BFUkFUSU9OX1VOU1BFQ0lGSUVEEAASEQoNT1BFUkFUSU9OX0FERBABEhwKGE9QRVJBVElPTl9BRERfV0lUSF9QUlVORRACEhoKFk9QRVJBVElPTl9ERURVUExJQ0FURUQQAxIVChFPUEVSQVRJT05fVVBEQVRFRBAEKl8KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg0KCVJPTEVfVVNFUhABEhIKDlJPTEVfQVNTSVNUQU5UEAISDwoLUk9MRV9TWVNURU0QAxINCglST0xFX1RPT0wQBCpGCgZTb3VyY2USFgoSU09VUkNFX1VOU1BFQ0lGSUVEEAASEwoPU09VUkNFX0VYUExJQ0lUEAESDwoLU09VUkNFX0FVVE8QAipnCg1Db21tYW5kQWN0aW9uEh4KGkNPTU1BTkRfQUNUSU9OX1VOU1BFQ0lGSUVEEAASGwoXQ09NTUFORF9BQ1RJT05fUkVNRU1CRVIQARIZChVDT01NQU5EX0FDVElPTl9GT1JHRVQQAirLAQoNUHJ1bmVTdHJhdGVneRIeChpQUlVORV9TVFJBVEVHWV9VTlNQRUNJRklFRBAAEiEKHVBSVU5FX1NUUkFURUdZX09MREVTVF9QRVJDRU5UEAESGgoWUFJVTkVfU1RSQVRFR1lfRVhQSVJFRBACEiUKIVBSVU5FX1NUUkFURUdZX0FSQ0hJVkVfT0xERVJfVEhBThADEhwKGFBSVU5FX1NUUkFURUdZX0JZX0ZJTFRFUhAEEhYKElBSVU5FX1NUUkFURUdZX0FMTBAFMpAHCg1NZW1vcnlTZXJ2aWNlEjYKA0FkZBIWLm1lbW9yeWQudjEuQWRkUmVxdWVzdBoXLm1lbW9yeWQudjEuQWRkUmVzcG9uc2USRQoIQWRkQmF0Y2gSGy5tZW1vcnlkLnYxLkFkZEJhdGNoUmVxdWVzdBocLm1lbW9yeWQudjEuQWRkQmF0Y2hSZXNwb25zZRJFCghSZXRyaWV2ZRIbLm1lbW9yeWQudjEuUmV0cmlldmVSZXF1ZXN0GhwubWVtb3J5ZC52MS5SZXRyaWV2ZVJlc3BvbnNlEjYKA0dldBIWLm1lbW9yeWQudjEuR2V0UmVxdWVzdBoXLm1lbW9yeWQudjEuR2V0UmVzcG9uc2USPwoGRGVsZXRlEhkubWVtb3J5ZC52MS5EZWxldGVSZXF1ZXN0GhoubWVtb3J5ZC52MS5EZWxldGVSZXNwb25zZRI8CgVQcnVuZRIYLm1lbW9yeWQudjEuUHJ1bmVSZXF1ZXN0GhkubWVtb3J5ZC52MS5QcnVuZVJlc3BvbnNlEkEKBkV4cG9ydBIZLm1lbW9yeWQudjEuRXhwb3J0UmVxdWVzdBoaLm1lbW9yeWQudjEuRXhwb3J0UmVzcG9uc2UwARJBCgZJbXBvcnQSGS5tZW1vcnlkLnYxLkltcG9ydFJlcXVlc3QaGi5tZW1vcnlkLnYxLkltcG9ydFJlc3BvbnNlKAESPAoFVXNhZ2USGC5tZW1vcnlkLnYxLlVzYWdlUmVxdWVzdBoZLm1lbW9yeWQudjEuVXNhZ2VSZXNwb25zZRJUCg1SZW5kZXJDb250ZXh0EiAubWVtb3J5ZC52MS5SZW5kZXJDb250ZXh0UmVxdWVzdBohLm1lbW9yeWQudjEuUmVuZGVyQ29udGV4dFJlc3BvbnNlEksKCkVuZFNlc3Npb24SHS5tZW1vcnlkLnYxLkVuZFNlc3Npb25SZXF1ZXN0Gh4ubWVtb3J5ZC52MS5FbmRTZXNzaW9uUmVzcG9uc2USSAoJTGlzdFVzZXJzEhwubWVtb3J5ZC52MS5MaXN0VXNlcnNSZXF1ZXN0Gh0ubWVtb3J5ZC52MS5MaXN0VXNlcnNSZXNwb25zZRJRCgxMaXN0TWVtb3JpZXMSHy5tZW1vcnlkLnYxLkxpc3RNZW1vcmllc1JlcXVlc3QaIC5tZW1vcnlkLnYxLkxpc3RNZW1vcmllc1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * Who and what a request is about. user_id is always required; the tier decides
@@ -426,6 +426,13 @@ export type MemoryItem = Message<"memoryd.v1.MemoryItem"> & {
    * @generated from field: repeated memoryd.v1.MemoryItem context = 26;
    */
   context: MemoryItem[];
+
+  /**
+   * Retrieve with explain: why the hit ranked where it did.
+   *
+   * @generated from field: memoryd.v1.ScoreComponents explain = 27;
+   */
+  explain?: ScoreComponents | undefined;
 };
 
 /**
@@ -434,6 +441,92 @@ export type MemoryItem = Message<"memoryd.v1.MemoryItem"> & {
  */
 export const MemoryItemSchema: GenMessage<MemoryItem> = /*@__PURE__*/
   messageDesc(file_memoryd_v1_memory, 7);
+
+/**
+ * The parts of a hit's score (RetrieveRequest.explain), as the ranking computed them
+ * (docs/ranking.md). Components the ranking did not use for this hit are 0.
+ *
+ * @generated from message memoryd.v1.ScoreComponents
+ */
+export type ScoreComponents = Message<"memoryd.v1.ScoreComponents"> & {
+  /**
+   * Cosine similarity of the query and the memory's embedding (clipped at 0).
+   *
+   * @generated from field: float dense = 1;
+   */
+  dense: number;
+
+  /**
+   * What the query's keywords added to the dense score: relevance minus dense.
+   *
+   * @generated from field: float keyword = 2;
+   */
+  keyword: number;
+
+  /**
+   * Each lift by name. "conversation" moved the score (final minus relevance); names ending
+   * in "(rank)" (speaker, time, conversation) moved the hit's place in the ranking only.
+   *
+   * @generated from field: map<string, float> lifts = 3;
+   */
+  lifts: { [key: string]: number };
+
+  /**
+   * The diversity (MMR) adjustment of the hit's rank: 0 or negative.
+   *
+   * @generated from field: float mmr = 4;
+   */
+  mmr: number;
+
+  /**
+   * The score returned (MemoryItem.score).
+   *
+   * @generated from field: float final = 5;
+   */
+  final: number;
+
+  /**
+   * The convex fusion of normalised BM25 and cosine over the candidate pool.
+   *
+   * @generated from field: float fused = 6;
+   */
+  fused: number;
+
+  /**
+   * The memory's BM25 under the user's own term statistics.
+   *
+   * @generated from field: float bm25 = 7;
+   */
+  bm25: number;
+
+  /**
+   * The IDF-weighted share of the query's keywords the memory holds (0..1).
+   *
+   * @generated from field: float keyword_share = 8;
+   */
+  keywordShare: number;
+
+  /**
+   * The 0..1 relevance: dense raised by the keyword share (before the conversation lift).
+   *
+   * @generated from field: float relevance = 9;
+   */
+  relevance: number;
+
+  /**
+   * What the candidates were ordered by: fused plus every lift.
+   *
+   * @generated from field: float rank = 10;
+   */
+  rank: number;
+};
+
+/**
+ * Describes the message memoryd.v1.ScoreComponents.
+ * Use `create(ScoreComponentsSchema)` to create a new message.
+ */
+export const ScoreComponentsSchema: GenMessage<ScoreComponents> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 8);
 
 /**
  * @generated from message memoryd.v1.AddRequest
@@ -543,7 +636,7 @@ export type AddRequest = Message<"memoryd.v1.AddRequest"> & {
  * Use `create(AddRequestSchema)` to create a new message.
  */
 export const AddRequestSchema: GenMessage<AddRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 8);
+  messageDesc(file_memoryd_v1_memory, 9);
 
 /**
  * @generated from message memoryd.v1.AddResponse
@@ -598,7 +691,7 @@ export type AddResponse = Message<"memoryd.v1.AddResponse"> & {
  * Use `create(AddResponseSchema)` to create a new message.
  */
 export const AddResponseSchema: GenMessage<AddResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 9);
+  messageDesc(file_memoryd_v1_memory, 10);
 
 /**
  * @generated from message memoryd.v1.AddBatchRequest
@@ -618,7 +711,7 @@ export type AddBatchRequest = Message<"memoryd.v1.AddBatchRequest"> & {
  * Use `create(AddBatchRequestSchema)` to create a new message.
  */
 export const AddBatchRequestSchema: GenMessage<AddBatchRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 10);
+  messageDesc(file_memoryd_v1_memory, 11);
 
 /**
  * Why one item of a batch was not stored: what a single Add of it would have failed with.
@@ -658,7 +751,7 @@ export type ItemError = Message<"memoryd.v1.ItemError"> & {
  * Use `create(ItemErrorSchema)` to create a new message.
  */
 export const ItemErrorSchema: GenMessage<ItemError> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 11);
+  messageDesc(file_memoryd_v1_memory, 12);
 
 /**
  * @generated from message memoryd.v1.AddBatchResult
@@ -718,7 +811,7 @@ export type AddBatchResult = Message<"memoryd.v1.AddBatchResult"> & {
  * Use `create(AddBatchResultSchema)` to create a new message.
  */
 export const AddBatchResultSchema: GenMessage<AddBatchResult> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 12);
+  messageDesc(file_memoryd_v1_memory, 13);
 
 /**
  * @generated from message memoryd.v1.AddBatchResponse
@@ -754,7 +847,7 @@ export type AddBatchResponse = Message<"memoryd.v1.AddBatchResponse"> & {
  * Use `create(AddBatchResponseSchema)` to create a new message.
  */
 export const AddBatchResponseSchema: GenMessage<AddBatchResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 13);
+  messageDesc(file_memoryd_v1_memory, 14);
 
 /**
  * @generated from message memoryd.v1.RetrieveRequest
@@ -819,6 +912,13 @@ export type RetrieveRequest = Message<"memoryd.v1.RetrieveRequest"> & {
    * @generated from field: int32 context_window = 9;
    */
   contextWindow: number;
+
+  /**
+   * Fill each hit's `explain` with the components of its score.
+   *
+   * @generated from field: bool explain = 10;
+   */
+  explain: boolean;
 };
 
 /**
@@ -826,7 +926,7 @@ export type RetrieveRequest = Message<"memoryd.v1.RetrieveRequest"> & {
  * Use `create(RetrieveRequestSchema)` to create a new message.
  */
 export const RetrieveRequestSchema: GenMessage<RetrieveRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 14);
+  messageDesc(file_memoryd_v1_memory, 15);
 
 /**
  * @generated from message memoryd.v1.RetrieveResponse
@@ -888,7 +988,7 @@ export type RetrieveResponse = Message<"memoryd.v1.RetrieveResponse"> & {
  * Use `create(RetrieveResponseSchema)` to create a new message.
  */
 export const RetrieveResponseSchema: GenMessage<RetrieveResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 15);
+  messageDesc(file_memoryd_v1_memory, 16);
 
 /**
  * @generated from message memoryd.v1.GetRequest
@@ -922,7 +1022,7 @@ export type GetRequest = Message<"memoryd.v1.GetRequest"> & {
  * Use `create(GetRequestSchema)` to create a new message.
  */
 export const GetRequestSchema: GenMessage<GetRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 16);
+  messageDesc(file_memoryd_v1_memory, 17);
 
 /**
  * @generated from message memoryd.v1.GetResponse
@@ -946,7 +1046,7 @@ export type GetResponse = Message<"memoryd.v1.GetResponse"> & {
  * Use `create(GetResponseSchema)` to create a new message.
  */
 export const GetResponseSchema: GenMessage<GetResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 17);
+  messageDesc(file_memoryd_v1_memory, 18);
 
 /**
  * @generated from message memoryd.v1.DeleteRequest
@@ -980,7 +1080,7 @@ export type DeleteRequest = Message<"memoryd.v1.DeleteRequest"> & {
  * Use `create(DeleteRequestSchema)` to create a new message.
  */
 export const DeleteRequestSchema: GenMessage<DeleteRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 18);
+  messageDesc(file_memoryd_v1_memory, 19);
 
 /**
  * @generated from message memoryd.v1.DeleteResponse
@@ -997,7 +1097,7 @@ export type DeleteResponse = Message<"memoryd.v1.DeleteResponse"> & {
  * Use `create(DeleteResponseSchema)` to create a new message.
  */
 export const DeleteResponseSchema: GenMessage<DeleteResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 19);
+  messageDesc(file_memoryd_v1_memory, 20);
 
 /**
  * @generated from message memoryd.v1.PruneRequest
@@ -1052,7 +1152,7 @@ export type PruneRequest = Message<"memoryd.v1.PruneRequest"> & {
  * Use `create(PruneRequestSchema)` to create a new message.
  */
 export const PruneRequestSchema: GenMessage<PruneRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 20);
+  messageDesc(file_memoryd_v1_memory, 21);
 
 /**
  * @generated from message memoryd.v1.TierCount
@@ -1074,7 +1174,7 @@ export type TierCount = Message<"memoryd.v1.TierCount"> & {
  * Use `create(TierCountSchema)` to create a new message.
  */
 export const TierCountSchema: GenMessage<TierCount> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 21);
+  messageDesc(file_memoryd_v1_memory, 22);
 
 /**
  * @generated from message memoryd.v1.PruneResponse
@@ -1106,7 +1206,7 @@ export type PruneResponse = Message<"memoryd.v1.PruneResponse"> & {
  * Use `create(PruneResponseSchema)` to create a new message.
  */
 export const PruneResponseSchema: GenMessage<PruneResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 22);
+  messageDesc(file_memoryd_v1_memory, 23);
 
 /**
  * @generated from message memoryd.v1.ExportRequest
@@ -1135,7 +1235,7 @@ export type ExportRequest = Message<"memoryd.v1.ExportRequest"> & {
  * Use `create(ExportRequestSchema)` to create a new message.
  */
 export const ExportRequestSchema: GenMessage<ExportRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 23);
+  messageDesc(file_memoryd_v1_memory, 24);
 
 /**
  * @generated from message memoryd.v1.ExportHeader
@@ -1180,7 +1280,7 @@ export type ExportHeader = Message<"memoryd.v1.ExportHeader"> & {
  * Use `create(ExportHeaderSchema)` to create a new message.
  */
 export const ExportHeaderSchema: GenMessage<ExportHeader> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 24);
+  messageDesc(file_memoryd_v1_memory, 25);
 
 /**
  * @generated from message memoryd.v1.ExportTrailer
@@ -1214,7 +1314,7 @@ export type ExportTrailer = Message<"memoryd.v1.ExportTrailer"> & {
  * Use `create(ExportTrailerSchema)` to create a new message.
  */
 export const ExportTrailerSchema: GenMessage<ExportTrailer> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 25);
+  messageDesc(file_memoryd_v1_memory, 26);
 
 /**
  * @generated from message memoryd.v1.ExportResponse
@@ -1249,7 +1349,7 @@ export type ExportResponse = Message<"memoryd.v1.ExportResponse"> & {
  * Use `create(ExportResponseSchema)` to create a new message.
  */
 export const ExportResponseSchema: GenMessage<ExportResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 26);
+  messageDesc(file_memoryd_v1_memory, 27);
 
 /**
  * @generated from message memoryd.v1.ImportRequest
@@ -1299,7 +1399,7 @@ export type ImportRequest = Message<"memoryd.v1.ImportRequest"> & {
  * Use `create(ImportRequestSchema)` to create a new message.
  */
 export const ImportRequestSchema: GenMessage<ImportRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 27);
+  messageDesc(file_memoryd_v1_memory, 28);
 
 /**
  * @generated from message memoryd.v1.ImportResponse
@@ -1328,7 +1428,7 @@ export type ImportResponse = Message<"memoryd.v1.ImportResponse"> & {
  * Use `create(ImportResponseSchema)` to create a new message.
  */
 export const ImportResponseSchema: GenMessage<ImportResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 28);
+  messageDesc(file_memoryd_v1_memory, 29);
 
 /**
  * @generated from message memoryd.v1.UsageRequest
@@ -1345,7 +1445,7 @@ export type UsageRequest = Message<"memoryd.v1.UsageRequest"> & {
  * Use `create(UsageRequestSchema)` to create a new message.
  */
 export const UsageRequestSchema: GenMessage<UsageRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 29);
+  messageDesc(file_memoryd_v1_memory, 30);
 
 /**
  * @generated from message memoryd.v1.TierUsage
@@ -1389,7 +1489,7 @@ export type TierUsage = Message<"memoryd.v1.TierUsage"> & {
  * Use `create(TierUsageSchema)` to create a new message.
  */
 export const TierUsageSchema: GenMessage<TierUsage> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 30);
+  messageDesc(file_memoryd_v1_memory, 31);
 
 /**
  * @generated from message memoryd.v1.UsageAlert
@@ -1423,7 +1523,7 @@ export type UsageAlert = Message<"memoryd.v1.UsageAlert"> & {
  * Use `create(UsageAlertSchema)` to create a new message.
  */
 export const UsageAlertSchema: GenMessage<UsageAlert> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 31);
+  messageDesc(file_memoryd_v1_memory, 32);
 
 /**
  * @generated from message memoryd.v1.UsageResponse
@@ -1462,7 +1562,7 @@ export type UsageResponse = Message<"memoryd.v1.UsageResponse"> & {
  * Use `create(UsageResponseSchema)` to create a new message.
  */
 export const UsageResponseSchema: GenMessage<UsageResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 32);
+  messageDesc(file_memoryd_v1_memory, 33);
 
 /**
  * @generated from message memoryd.v1.RenderContextRequest
@@ -1514,7 +1614,7 @@ export type RenderContextRequest = Message<"memoryd.v1.RenderContextRequest"> & 
  * Use `create(RenderContextRequestSchema)` to create a new message.
  */
 export const RenderContextRequestSchema: GenMessage<RenderContextRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 33);
+  messageDesc(file_memoryd_v1_memory, 34);
 
 /**
  * @generated from message memoryd.v1.RenderContextResponse
@@ -1556,7 +1656,7 @@ export type RenderContextResponse = Message<"memoryd.v1.RenderContextResponse"> 
  * Use `create(RenderContextResponseSchema)` to create a new message.
  */
 export const RenderContextResponseSchema: GenMessage<RenderContextResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 34);
+  messageDesc(file_memoryd_v1_memory, 35);
 
 /**
  * @generated from message memoryd.v1.EndSessionRequest
@@ -1592,7 +1692,7 @@ export type EndSessionRequest = Message<"memoryd.v1.EndSessionRequest"> & {
  * Use `create(EndSessionRequestSchema)` to create a new message.
  */
 export const EndSessionRequestSchema: GenMessage<EndSessionRequest> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 35);
+  messageDesc(file_memoryd_v1_memory, 36);
 
 /**
  * @generated from message memoryd.v1.EndSessionResponse
@@ -1678,7 +1778,174 @@ export type EndSessionResponse = Message<"memoryd.v1.EndSessionResponse"> & {
  * Use `create(EndSessionResponseSchema)` to create a new message.
  */
 export const EndSessionResponseSchema: GenMessage<EndSessionResponse> = /*@__PURE__*/
-  messageDesc(file_memoryd_v1_memory, 36);
+  messageDesc(file_memoryd_v1_memory, 37);
+
+/**
+ * @generated from message memoryd.v1.ListUsersRequest
+ */
+export type ListUsersRequest = Message<"memoryd.v1.ListUsersRequest"> & {
+  /**
+   * Only users whose id starts with this.
+   *
+   * @generated from field: string user_id_prefix = 1;
+   */
+  userIdPrefix: string;
+
+  /**
+   * 1..200; 0 means 50.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * From a previous ListUsersResponse.next_page_token; empty for the first page.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message memoryd.v1.ListUsersRequest.
+ * Use `create(ListUsersRequestSchema)` to create a new message.
+ */
+export const ListUsersRequestSchema: GenMessage<ListUsersRequest> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 38);
+
+/**
+ * @generated from message memoryd.v1.UserSummary
+ */
+export type UserSummary = Message<"memoryd.v1.UserSummary"> & {
+  /**
+   * @generated from field: string user_id = 1;
+   */
+  userId: string;
+
+  /**
+   * Usage per tier, as Usage reports it.
+   *
+   * @generated from field: repeated memoryd.v1.TierUsage tiers = 2;
+   */
+  tiers: TierUsage[];
+
+  /**
+   * @generated from field: repeated memoryd.v1.UsageAlert alerts = 3;
+   */
+  alerts: UsageAlert[];
+
+  /**
+   * The user's latest write.
+   *
+   * @generated from field: google.protobuf.Timestamp last_active_at = 4;
+   */
+  lastActiveAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message memoryd.v1.UserSummary.
+ * Use `create(UserSummarySchema)` to create a new message.
+ */
+export const UserSummarySchema: GenMessage<UserSummary> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 39);
+
+/**
+ * @generated from message memoryd.v1.ListUsersResponse
+ */
+export type ListUsersResponse = Message<"memoryd.v1.ListUsersResponse"> & {
+  /**
+   * @generated from field: repeated memoryd.v1.UserSummary users = 1;
+   */
+  users: UserSummary[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message memoryd.v1.ListUsersResponse.
+ * Use `create(ListUsersResponseSchema)` to create a new message.
+ */
+export const ListUsersResponseSchema: GenMessage<ListUsersResponse> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 40);
+
+/**
+ * @generated from message memoryd.v1.ListMemoriesRequest
+ */
+export type ListMemoriesRequest = Message<"memoryd.v1.ListMemoriesRequest"> & {
+  /**
+   * user_id is required; session_id, when given, selects that session's memories.
+   *
+   * @generated from field: memoryd.v1.Scope scope = 1;
+   */
+  scope?: Scope | undefined;
+
+  /**
+   * Empty means every tier whose memories are kept in the vector store.
+   *
+   * @generated from field: repeated memoryd.v1.Tier tiers = 2;
+   */
+  tiers: Tier[];
+
+  /**
+   * @generated from field: repeated memoryd.v1.Kind kinds = 3;
+   */
+  kinds: Kind[];
+
+  /**
+   * Metadata equality filters.
+   *
+   * @generated from field: map<string, string> filters = 4;
+   */
+  filters: { [key: string]: string };
+
+  /**
+   * 1..200; 0 means 50.
+   *
+   * @generated from field: int32 page_size = 5;
+   */
+  pageSize: number;
+
+  /**
+   * @generated from field: string page_token = 6;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message memoryd.v1.ListMemoriesRequest.
+ * Use `create(ListMemoriesRequestSchema)` to create a new message.
+ */
+export const ListMemoriesRequestSchema: GenMessage<ListMemoriesRequest> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 41);
+
+/**
+ * @generated from message memoryd.v1.ListMemoriesResponse
+ */
+export type ListMemoriesResponse = Message<"memoryd.v1.ListMemoriesResponse"> & {
+  /**
+   * @generated from field: repeated memoryd.v1.MemoryItem items = 1;
+   */
+  items: MemoryItem[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message memoryd.v1.ListMemoriesResponse.
+ * Use `create(ListMemoriesResponseSchema)` to create a new message.
+ */
+export const ListMemoriesResponseSchema: GenMessage<ListMemoriesResponse> = /*@__PURE__*/
+  messageDesc(file_memoryd_v1_memory, 42);
 
 /**
  * @generated from enum memoryd.v1.Tier
@@ -2117,6 +2384,28 @@ export const MemoryService: GenService<{
     methodKind: "unary";
     input: typeof EndSessionRequestSchema;
     output: typeof EndSessionResponseSchema;
+  },
+  /**
+   * The tenant's users (the credential's tenant), in id order, a page at a time, each with
+   * its usage per tier and last activity. Reader and admin credentials only.
+   *
+   * @generated from rpc memoryd.v1.MemoryService.ListUsers
+   */
+  listUsers: {
+    methodKind: "unary";
+    input: typeof ListUsersRequestSchema;
+    output: typeof ListUsersResponseSchema;
+  },
+  /**
+   * A user's memories across the stored tiers, a page at a time, filtered by tier, kind,
+   * session and metadata; newest storage order is not promised, the order is stable.
+   *
+   * @generated from rpc memoryd.v1.MemoryService.ListMemories
+   */
+  listMemories: {
+    methodKind: "unary";
+    input: typeof ListMemoriesRequestSchema;
+    output: typeof ListMemoriesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_memoryd_v1_memory, 0);

@@ -1,0 +1,185 @@
+"""Browsing for operators (the console): a tenant's users with their usage, and a user's
+memories across tiers, each a page at a time, so that a page costs the same at 1,000 users
+or 10,000 memories.
+
+The user directory (`stores/usage`, beside the counters) is told of every write; a note is
+written at most once per `note_every_s` per user and process, so a busy user costs one
+store call a second, not one per Add. Page tokens are opaque to callers: base64 of a small
+JSON cursor (the last user id; the tier and the store's own scroll token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from memoryd.core.errors import InvalidArgument, StoreUnavailable
+from memoryd.core.memory.payload import from_payload
+from memoryd.core.memory.vector_memory import VectorMemory
+from memoryd.core.models import (
+    MemoriesPage,
+    MemoriesQuery,
+    MemoryRecord,
+    Scope,
+    Tier,
+    UsageReport,
+    UsersPage,
+    UsersQuery,
+    UserSummary,
+)
+from memoryd.core.tiers.registry import TIERS, StoreFamily
+from memoryd.stores.usage.port import CountersUnavailable, UserDirectory
+from memoryd.stores.vectors.port import MatchValue
+
+DEFAULT_PAGE = 50
+MAX_PAGE = 200
+# Remembered (tenant, user) notes per process before the memo starts over.
+_MEMO_LIMIT = 100_000
+
+
+def listed_tiers() -> list[Tier]:
+    """The tiers ListMemories reads: those kept in the vector store (the hot tiers hold a
+    task's or a session's state and are read through Get/Retrieve with that scope)."""
+    return [s.tier for s in TIERS.values() if s.store is StoreFamily.VECTORS and s.exported]
+
+
+def _page_size(value: int) -> int:
+    if value == 0:
+        return DEFAULT_PAGE
+    if not 1 <= value <= MAX_PAGE:
+        raise InvalidArgument.of("page_size", f"must be between 1 and {MAX_PAGE} (0 means 50)")
+    return value
+
+
+def _encode(cursor: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(cursor).encode()).decode()
+
+
+def _decode(token: str) -> dict[str, Any]:
+    if not token:
+        return {}
+    try:
+        cursor = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        cursor = None
+    if not isinstance(cursor, dict):
+        raise InvalidArgument.of("page_token", "is not a token this server gave")
+    return cursor
+
+
+class Browser:
+    def __init__(
+        self,
+        directory: UserDirectory,
+        memory: VectorMemory,
+        usage: Callable[[Scope], Awaitable[UsageReport]],
+        clock: Callable[[], float],
+        served: Sequence[Tier],
+        note_every_s: float = 1.0,
+        backfill: bool = False,
+    ) -> None:
+        self._directory = directory
+        self._memory = memory
+        self._usage = usage
+        self._clock = clock
+        self._served = set(served)
+        self._note_every_s = note_every_s
+        self._noted: dict[tuple[str, str], float] = {}
+        # A directory that forgets on restart (the in-process one) is refilled once from
+        # the vector store's owners before its first listing.
+        self._backfill = backfill
+        self._backfilling = asyncio.Lock()
+
+    async def noted(self, scope: Scope) -> None:
+        """A write of `scope`'s user landed. The directory is a view for operators: a store
+        failure here never fails the write (the next write notes the user again)."""
+        now = self._clock()
+        key = (scope.tenant, scope.user_id)
+        if now - self._noted.get(key, float("-inf")) < self._note_every_s:
+            return
+        if len(self._noted) >= _MEMO_LIMIT:
+            self._noted.clear()
+        self._noted[key] = now
+        try:
+            await self._directory.note(scope.tenant, scope.user_id, now)
+        except CountersUnavailable:
+            self._noted.pop(key, None)
+
+    async def erased(self, scope: Scope) -> None:
+        self._noted.pop((scope.tenant, scope.user_id), None)
+        try:
+            await self._directory.remove(scope.tenant, scope.user_id)
+        except CountersUnavailable as exc:
+            raise StoreUnavailable("usage", str(exc)) from exc
+
+    async def _refill(self) -> None:
+        async with self._backfilling:
+            if not self._backfill:
+                return
+            for tier in (t for t in listed_tiers() if t in self._served):
+                for tenant, user in await self._memory.owners(tier):
+                    await self._directory.note(tenant, user, 0.0)  # last activity unknown
+            self._backfill = False
+
+    async def users(self, query: UsersQuery) -> UsersPage:
+        size = _page_size(query.page_size)
+        if self._backfill:
+            await self._refill()
+        after = str(_decode(query.page_token).get("after", ""))
+        try:
+            if query.only:
+                # A credential bound to users sees those alone (no directory read).
+                ids = sorted(u for u in query.only if u.startswith(query.prefix) and u > after)
+                seen = {u: 0.0 for u in ids}
+                # One past the page, to know whether another follows.
+                found = ids[: size + 1]
+            else:
+                page = await self._directory.page(
+                    query.tenant, prefix=query.prefix, after=after, limit=size + 1
+                )
+                seen = {u.user_id: u.last_active for u in page}
+                found = [u.user_id for u in page]
+        except CountersUnavailable as exc:
+            raise StoreUnavailable("usage", str(exc)) from exc
+        more = len(found) > size
+        found = found[:size]
+        reports = await asyncio.gather(*(self._usage(Scope(query.tenant, u)) for u in found))
+        users = [UserSummary(u, r, seen[u]) for u, r in zip(found, reports, strict=True)]
+        token = _encode({"after": found[-1]}) if more and found else ""
+        return UsersPage(users, token)
+
+    async def memories(self, query: MemoriesQuery) -> MemoriesPage:
+        size = _page_size(query.page_size)
+        tiers = list(dict.fromkeys(query.tiers)) or listed_tiers()
+        for i, tier in enumerate(tiers):
+            if tier not in listed_tiers():
+                raise InvalidArgument.of(f"tiers[{i}]", "ListMemories reads the stored tiers only")
+        tiers = [t for t in tiers if t in self._served]
+        cursor = _decode(query.page_token)
+        at = str(cursor.get("tier", tiers[0].value if tiers else ""))
+        offset = cursor.get("offset")
+        names = [t.value for t in tiers]
+        if at and at not in names:
+            raise InvalidArgument.of("page_token", "does not belong to these filters")
+        items: list[MemoryRecord] = []
+        index = names.index(at) if at else len(tiers)
+        while index < len(tiers) and len(items) < size:
+            tier = tiers[index]
+            session = query.scope.session_id
+            extra = [MatchValue("session_id", session)] if session else []
+            flt = self._memory.scope_filter(
+                query.scope, tier, metadata=query.filters, kinds=query.kinds, extra=extra
+            )
+            points, offset = await self._memory.call(
+                self._memory.store.scroll, flt, limit=size - len(items), offset=offset
+            )
+            items += [from_payload(p.id, p.payload) for p in points]
+            if offset is None:
+                index += 1
+        if index >= len(tiers):
+            return MemoriesPage(items)
+        return MemoriesPage(items, _encode({"tier": tiers[index].value, "offset": offset}))

@@ -1,0 +1,89 @@
+"""The candidates a query ranks: each memory's signals, read once from its stored point."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from memoryd.core.memory.payload import content_of, embed_text_of, from_payload, is_turn
+from memoryd.core.models import Kind, MemoryRecord, ScoreComponents
+from memoryd.core.retrieval import bm25, conversation
+from memoryd.core.retrieval.mmr import dots
+from memoryd.stores.vectors.port import TERMS_FIELD, DenseVector
+
+# A point as the store returns it: id, payload, dense vector (None when not read).
+Point = tuple[str, dict[str, Any], DenseVector | None]
+
+
+class CandidatePool:
+    """The memories a query ranks: their signals (`members`), vectors, term ids and
+    payloads; `idf` is the user's IDF of the query's terms."""
+
+    def __init__(
+        self,
+        encoder: bm25.BM25Encoder,
+        idf: Mapping[int, float],
+        query_vector: np.ndarray[Any, Any] | None,
+    ) -> None:
+        self._encoder = encoder
+        self.idf = idf
+        self._query = query_vector
+        self.members: dict[str, conversation.Scored] = {}
+        self.payloads: dict[str, dict[str, Any]] = {}
+        self.vectors: dict[str, DenseVector] = {}
+        self.terms: dict[str, set[int]] = {}
+
+    def add_all(self, points: Sequence[Point]) -> list[conversation.Scored]:
+        """Score points read from the store into the pool; returns their members."""
+        cosines = [0.0] * len(points)
+        with_vector = [i for i, p in enumerate(points) if p[2] is not None]
+        if with_vector and self._query is not None:
+            # One matrix product for every candidate (vectors and query are unit length).
+            matrix = np.stack([points[i][2] for i in with_vector])  # type: ignore[misc]
+            sims = np.clip(dots(matrix, self._query), 0.0, 1.0).tolist()
+            for row, i in enumerate(with_vector):
+                cosines[i] = sims[row]
+        added = []
+        total_idf = sum(self.idf.values())
+        for (point_id, payload, vector), cosine in zip(points, cosines, strict=True):
+            terms = self._terms_of(payload)
+            matched = sum(w for t, w in self.idf.items() if t in terms)
+            metadata = payload.get("metadata") or {}
+            speaker = next(
+                (str(metadata[k]) for k in conversation.SPEAKER_KEYS if metadata.get(k)), ""
+            )
+            member = conversation.Scored(
+                id=point_id,
+                cosine=cosine,
+                bm25=conversation.bm25_of(
+                    matched, len(terms), bm25.DEFAULT_K1, bm25.DEFAULT_B, bm25.DEFAULT_AVG_DOC_LEN
+                ),
+                share=matched / total_idf if total_idf else 0.0,
+                speaker=speaker,
+                session=str(payload.get("session_id") or ""),
+                position=int(payload.get("position") or 0),
+                occurred_at=float(payload.get("occurred_at") or payload.get("created_at") or 0.0),
+                asks=content_of(payload).rstrip().endswith("?"),
+                said=is_turn(Kind(payload.get("kind") or Kind.UNSPECIFIED.value), metadata),
+            )
+            self.members[point_id] = member
+            self.payloads[point_id] = payload
+            if vector is not None:
+                self.vectors[point_id] = vector
+            self.terms[point_id] = terms
+            added.append(member)
+        return added
+
+    def record(self, components: ScoreComponents, point_id: str) -> MemoryRecord:
+        """The memory `point_id` as a hit, its score and how it came about."""
+        record = from_payload(point_id, self.payloads[point_id], components.final)
+        record.components = components
+        return record
+
+    def _terms_of(self, payload: Mapping[str, Any]) -> set[int]:
+        stored = payload.get(TERMS_FIELD)
+        if stored is None:  # a point written before term ids were stored: tokenised here
+            return set(self._encoder.term_ids(embed_text_of(payload)))
+        return set(stored)

@@ -1,0 +1,182 @@
+"""A vector tier's search: gathering the candidates of a query, then ranking them.
+
+The store work of one query, overlapped where it can be: the user's IDF (kept counts, or
+counted in the store), the query's embedding and hybrid search, the time the query names,
+the turns around the best candidates and the best candidates inside that time. The
+`Ranker` then orders them (docs/ranking.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from memoryd.core.memory.term_counts import TermCounts
+from memoryd.core.observe import Observer
+from memoryd.core.retrieval import bm25
+from memoryd.core.retrieval.candidates import CandidatePool
+from memoryd.core.retrieval.ranker import Ranker, RankQuery
+from memoryd.core.retrieval.temporal import Anchor, TimeResolver, TimeWindow
+from memoryd.core.retrieval.turns import attach_context, turn_of, turns_around
+from memoryd.core.tiers.base import TierHits
+from memoryd.settings import RetrievalSettings
+from memoryd.stores.vectors.port import Filter, Range, RrfParams, ScoredPoint
+
+if TYPE_CHECKING:
+    from memoryd.core.memory.vector_memory import VectorMemory
+
+
+class HybridSearch:
+    """Searches the memories a filter selects through `memory` (the store gateway)."""
+
+    def __init__(
+        self,
+        memory: VectorMemory,
+        encoder: bm25.BM25Encoder,
+        settings: RetrievalSettings,
+        clock: Callable[[], float],
+        observer: Observer,
+    ) -> None:
+        self._memory = memory
+        self._encoder = encoder
+        self._settings = settings
+        self._clock = clock
+        self._counts = TermCounts(memory.store, memory.derived)
+        self._time = TimeResolver()
+        self._ranker = Ranker(settings, observer, encoder)
+
+    async def search(
+        self,
+        flt: Filter,
+        query: str,
+        top_k: int,
+        min_score: float | None,
+        *,
+        context_window: int = 0,
+    ) -> TierHits:
+        """Candidates by hybrid search, ranked for conversations (ADR 0400), each hit
+        with its score components and, with a context window, its neighbouring turns."""
+        memory, settings = self._memory, self._settings
+        threshold = settings.min_score if min_score is None else min_score
+        query_sparse = self._encoder.encode_query(query)
+        terms = list(query_sparse.indices)
+        sparse = query_sparse if terms else None
+        # The per-user IDF: from the counts kept since the user last wrote when they hold
+        # every query term (no store call at all), else counted in the store while the
+        # query is embedded and searched.
+        known = self._counts.known(flt)
+        if known is not None and known.live == 0:
+            return TierHits(items=[], total=0)  # the empty case answers without embedding
+        if known is None and await self._found_empty(flt):
+            return TierHits(items=[], total=0)
+        idf_now = known.idf(terms) if known is not None else None
+        idf_task = asyncio.ensure_future(
+            _ready(idf_now)
+            if idf_now is not None
+            else memory.call(self._counts.idf, flt, terms)
+            if terms
+            else _ready({})
+        )
+        # The time the query names (dateparser) is resolved meanwhile too.
+        when_task = asyncio.ensure_future(
+            asyncio.to_thread(self._time.resolve, query, self._clock())
+            if settings.time_lift > 0
+            else _no_time()
+        )
+        try:
+            dense: list[float] | None = None
+            embedding_ms = 0.0
+            if settings.mode != "keyword" or sparse is None:
+                [dense], embedding_ms = await memory.embed([query])
+            if settings.mode == "dense":
+                sparse = None
+            if settings.mode == "keyword" and sparse is not None:
+                dense = None
+            # The pool is the union of the best `per_source` by cosine and by BM25: the
+            # fused list cut at twice that holds both whole (RRF only gathers them here;
+            # the ranking uses the scores).
+            per_source = max(4 * top_k, settings.candidates)
+            fusion = RrfParams(
+                k=settings.rrf_k,
+                dense_weight=settings.dense_weight,
+                sparse_weight=settings.sparse_weight,
+                prefetch_limit=per_source,
+            )
+            hits = await memory.call(
+                memory.store.search,
+                flt,
+                dense=dense,
+                sparse=sparse,
+                limit=2 * per_source,
+                fusion=fusion,
+                with_vectors=dense is not None,
+            )
+            when = await when_task
+        except BaseException:
+            idf_task.cancel()
+            when_task.cancel()
+            raise
+        # The turns around the best candidates (hybrid order) and, when the query names a
+        # time, the best candidates from inside it (the soft filter also brings them) are
+        # read at once.
+        conversational = settings.adjacency_weight > 0 or settings.question_handoff > 0
+        sources = [turn_of(h.payload) for h in hits[: 2 * top_k]] if conversational else []
+        inside_task = (
+            memory.call(
+                memory.store.search,
+                flt.and_(Range("occurred_at", gte=when.start, lt=when.end)),
+                dense=dense,
+                sparse=sparse,
+                limit=2 * top_k,
+                fusion=RrfParams(k=settings.rrf_k, prefetch_limit=2 * top_k),
+                with_vectors=dense is not None,
+            )
+            if isinstance(when, TimeWindow) and not when.every_year and hits
+            else _no_hits()
+        )
+        seen = {h.id for h in hits}
+        idf, around, inside = await asyncio.gather(
+            idf_task,
+            # Turns the search returned already are not read (nor converted) again.
+            turns_around(memory, flt, [t for t in sources if t is not None], 1, skip=seen),
+            inside_task,
+        )
+        hits += [h for h in inside if h.id not in seen]
+        query_vector = None if dense is None else np.asarray(dense, dtype=np.float32)
+        pool = CandidatePool(self._encoder, idf, query_vector)
+        members = pool.add_all([(h.id, h.payload, h.dense_vector) for h in hits])
+        neighbours = pool.add_all(
+            [(p.id, p.payload, p.dense) for p in around if p.id not in pool.members]
+        )
+        ranking = self._ranker.rank(
+            RankQuery(query, when, threshold, top_k, context_window), pool, members, neighbours
+        )
+        picked = [pool.record(components, i) for i, components in ranking.picks]
+        if context_window > 0:
+            await attach_context(memory, flt, picked, context_window)
+        return TierHits(items=picked, total=ranking.total, embedding_ms=embedding_ms)
+
+    async def _found_empty(self, flt: Filter) -> bool:
+        """Whether `flt` selects no memory; an empty answer is kept (counts with none
+        live) so that the next query of an empty tier makes no store call until the user's
+        next write (a RenderContext asks every tier)."""
+        generation = self._counts.generation(flt)  # before reading: a write meanwhile voids it
+        if await self._memory.first(flt) is not None:
+            return False
+        self._counts.found_empty(flt, generation)
+        return True
+
+
+async def _ready(idf: dict[int, float]) -> dict[int, float]:
+    return idf
+
+
+async def _no_time() -> TimeWindow | Anchor | None:
+    return None
+
+
+async def _no_hits() -> list[ScoredPoint]:
+    return []
