@@ -24,7 +24,7 @@ from memoryd.transport.limits import AnswerCache, RateLimiting
 from memoryd.transport.metrics import MetricsListener
 from memoryd.transport.observability import Observability
 from memoryd.transport.servicer import MemoryServicer
-from memoryd.transport.starting import add_port, cannot_listen
+from memoryd.transport.starting import StartingRefused, add_port, cannot_listen
 from memoryd.transport.tracing import server_interceptor
 from memoryd.v1 import memory_pb2, memory_pb2_grpc
 
@@ -103,7 +103,10 @@ class MemorydServer:
 
     async def start(self) -> int:
         listen = self._settings.listen
-        self.port = add_port(self._server, self._settings)
+        try:
+            self.port = add_port(self._server, self._settings)
+        except StartingRefused as exc:
+            raise StartupRefused(str(exc)) from exc
         if self.port == 0:
             raise StartupRefused(cannot_listen("MEMORYD_LISTEN", listen))
         if self._metrics_listener is not None:

@@ -1,34 +1,42 @@
 """Health on the server's port while the stores open (a large vector store takes seconds).
 
 `memoryd serve` opens its stores before it can build the real server (every service
-needs them). Meanwhile this small server holds the port and answers only health:
-readiness (`""` and the MemoryService name) NOT_SERVING, liveness SERVING, so an
-orchestrator sees a live replica that is not ready yet instead of a refused connection,
-and a log line says how long the opening has taken so far. It stops just before the
-real server binds the same port.
+needs them). Meanwhile a small server holds the port and answers only health: readiness
+(`""` and the MemoryService name) NOT_SERVING, liveness SERVING, so an orchestrator sees a
+live replica that is not ready yet instead of a refused connection, and it logs how long
+the opening has taken so far. It runs in a process of its own: the embedded engine holds
+the GIL while it loads a store (measured at 1M memories: an in-process health server
+answered nothing for 9 s, ADR 0600). It stops just before the real server binds the same
+port.
 """
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
+import multiprocessing
 import time
+from concurrent import futures
+from multiprocessing.connection import Connection
 from types import TracebackType
 
 import grpc
-from grpc_health.v1 import _async as health_aio
+from grpc_health.v1 import health, health_pb2_grpc
 from grpc_health.v1 import health_pb2 as hpb
-from grpc_health.v1 import health_pb2_grpc
 
-from memoryd.app import StartupRefused
 from memoryd.settings import Settings
-from memoryd.transport.health import LIVENESS_NAME, SERVICE_NAME
 
 log = logging.getLogger(__name__)
 
 # How often the "still opening" line is logged.
 PROGRESS_EVERY_S = 5.0
+# The names `transport.health` serves (not imported: the child process stays light).
+SERVICE_NAME = "memoryd.v1.MemoryService"
+LIVENESS_NAME = "memoryd.liveness"
+
+
+class StartingRefused(Exception):
+    """The port cannot be bound (the message names the setting)."""
 
 
 def cannot_listen(setting: str, listen: str, exc: OSError | None = None) -> str:
@@ -41,8 +49,9 @@ def cannot_listen(setting: str, listen: str, exc: OSError | None = None) -> str:
     return f"cannot listen on {listen} ({setting}): {exc.strerror or exc}"
 
 
-def add_port(server: grpc.aio.Server, settings: Settings) -> int:
-    """Bind `server` to `settings.listen` (with TLS when configured); 0 if grpc could not."""
+def add_port(server: grpc.Server | grpc.aio.Server, settings: Settings) -> int:
+    """Bind `server` to `settings.listen` (with TLS when configured); 0 if grpc could not.
+    Raises StartingRefused when the TLS files cannot be read."""
     tls = settings.tls
     try:
         if tls.cert_file is None or tls.key_file is None:
@@ -54,46 +63,86 @@ def add_port(server: grpc.aio.Server, settings: Settings) -> int:
                 require_client_auth=bool(tls.client_ca_file),
             )
         except OSError as exc:
-            raise StartupRefused(f"the TLS files cannot be read: {exc}") from exc
+            raise StartingRefused(f"the TLS files cannot be read: {exc}") from exc
         return server.add_secure_port(settings.listen, credentials)
     except RuntimeError:  # grpc's "Failed to bind to address"
         return 0
+
+
+def _serve_health(settings: Settings, what: str, every_s: float, conn: Connection) -> None:
+    """The child process: health only, until the parent says stop (or goes away)."""
+    from memoryd.transport.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
+    servicer = health.HealthServicer()
+    servicer.set(LIVENESS_NAME, hpb.HealthCheckResponse.SERVING)
+    for name in ("", SERVICE_NAME):
+        servicer.set(name, hpb.HealthCheckResponse.NOT_SERVING)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=2), options=[("grpc.so_reuseport", 0)]
+    )
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    try:
+        port = add_port(server, settings)
+    except StartingRefused as exc:
+        conn.send(("refused", str(exc)))
+        return
+    if port == 0:
+        conn.send(("refused", cannot_listen("MEMORYD_LISTEN", settings.listen)))
+        return
+    server.start()
+    conn.send(("port", port))
+    log.info("starting: opening %s; health answers NOT_SERVING on port %d", what, port)
+    started = time.monotonic()
+    # Until the parent sends "stop" or its end of the pipe closes (it died).
+    while not conn.poll(every_s):
+        log.info("starting: still opening %s (%.0f s so far)", what, time.monotonic() - started)
+    server.stop(0).wait()
+    conn.send(("stopped", port))
 
 
 class StartingServer:
     """`async with StartingServer(settings) as starting:` open the stores inside; the
     port is `starting.port` (the one bound, when `listen` asked for any free port)."""
 
-    def __init__(self, settings: Settings, what: str = "the stores") -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        what: str = "the stores",
+        progress_every_s: float = PROGRESS_EVERY_S,
+    ) -> None:
         self._settings = settings
         self._what = what
-        self._server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        self._health = health_aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        self._ticker: asyncio.Task[None] | None = None
+        self._every = progress_every_s
+        self._conn: Connection | None = None
+        self._process: multiprocessing.process.BaseProcess | None = None
         self.port = 0
 
     async def __aenter__(self) -> StartingServer:
-        # Set before the port opens: no probe ever sees an unknown service.
-        await self._health.set(LIVENESS_NAME, hpb.HealthCheckResponse.SERVING)
-        for name in ("", SERVICE_NAME):
-            await self._health.set(name, hpb.HealthCheckResponse.NOT_SERVING)
-        self.port = add_port(self._server, self._settings)
-        if self.port == 0:
-            raise StartupRefused(cannot_listen("MEMORYD_LISTEN", self._settings.listen))
-        await self._server.start()
-        log.info(
-            "starting: opening %s; health answers NOT_SERVING on port %d", self._what, self.port
-        )
-        self._ticker = asyncio.create_task(self._progress(time.monotonic()), name="starting")
-        return self
+        import asyncio
 
-    async def _progress(self, started: float) -> None:
-        while True:
-            await asyncio.sleep(PROGRESS_EVERY_S)
-            log.info(
-                "starting: still opening %s (%.0f s so far)", self._what, time.monotonic() - started
-            )
+        context = multiprocessing.get_context("spawn")
+        ours, theirs = context.Pipe()
+        process = context.Process(
+            target=_serve_health,
+            args=(self._settings, self._what, self._every, theirs),
+            name="memoryd-starting",
+            daemon=True,
+        )
+        process.start()
+        theirs.close()
+        self._conn, self._process = ours, process
+        try:
+            kind, value = await asyncio.to_thread(ours.recv)
+        except EOFError:
+            kind, value = "refused", "the start-up health process exited"
+        if kind != "port":
+            await self._stop()
+            from memoryd.app import StartupRefused
+
+            raise StartupRefused(str(value))
+        self.port = int(value)
+        return self
 
     async def __aexit__(
         self,
@@ -101,9 +150,26 @@ class StartingServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-        await self._server.stop(0)
+        await self._stop()
+
+    async def _stop(self) -> None:
+        import asyncio
+
+        conn, process = self._conn, self._process
+        self._conn = self._process = None
+        if conn is None or process is None:
+            return
+        try:
+            conn.send("stop")
+            # The port is free once the child says so (its server stopped).
+            await asyncio.to_thread(_until_stopped, conn)
+        except (BrokenPipeError, EOFError, OSError):
+            pass
+        finally:
+            conn.close()
+            await asyncio.to_thread(process.join, 10)
+            if process.is_alive():
+                process.kill()
 
     def listen_for_server(self) -> str:
         """The address the real server should bind: the same port (pinned when `listen`
@@ -113,3 +179,10 @@ class StartingServer:
         if listen.startswith(("unix:", "unix-abstract:")) or port != "0":
             return listen
         return f"{host}:{self.port}"
+
+
+def _until_stopped(conn: Connection) -> None:
+    while True:
+        message = conn.recv()
+        if isinstance(message, tuple) and message[0] == "stopped":
+            return
