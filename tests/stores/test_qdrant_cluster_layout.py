@@ -51,6 +51,7 @@ def as_sent(params: dict[str, object]) -> models.CreateCollection:
         on_disk_payload=params["on_disk_payload"],
         quantization_config=params["quantization_config"],
     )
+    assert body.hnsw_config is not None and body.sharding_method is not None
     RestToGrpc.convert_hnsw_config_diff(body.hnsw_config)
     RestToGrpc.convert_sharding_method(body.sharding_method)
     if body.quantization_config is not None:
