@@ -13,7 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import UnexpectedResponse
 
 from memoryd.settings import Settings
 from memoryd.stores import vectors
@@ -56,6 +58,8 @@ class ShardedLocalClient:
         self._local = QdrantClient(location=":memory:", force_disable_check_same_thread=True)
         self.created: dict[str, Any] = {}  # create_collection's arguments, as sent
         self.shard_keys: dict[str, dict[str, Any]] = {}  # key -> create_shard_key's arguments
+        self.key_requests: list[str] = []  # every create_shard_key, in order
+        self.dense_params: list[Any] = []  # the search parameters of every dense search
         self.selectors: list[tuple[str, str | None]] = []  # (call, shard key selector)
         self.violations: list[str] = []
 
@@ -79,8 +83,9 @@ class ShardedLocalClient:
         return info
 
     def create_shard_key(self, collection_name: str, shard_key: str, **params: Any) -> bool:
-        if shard_key in self.shard_keys:
-            self._breach(f"shard key {shard_key!r} created twice")
+        self.key_requests.append(shard_key)
+        if shard_key in self.shard_keys:  # as a server refuses it
+            raise UnexpectedResponse(400, "Bad Request", b"shard key exists", httpx.Headers())
         self.shard_keys[shard_key] = params
         return True
 
@@ -112,6 +117,11 @@ class ShardedLocalClient:
 
     def query_points(self, collection_name: str, **kw: Any) -> Any:
         self._route("query_points", kw.get("shard_key_selector"), _tenant(kw["query_filter"]))
+        if kw.get("using") == "dense":
+            self.dense_params.append(kw.get("search_params"))
+        for prefetch in kw.get("prefetch") or []:
+            if prefetch.using == "dense":
+                self.dense_params.append(prefetch.params)
         return self._local.query_points(collection_name, **kw)
 
     def count(self, collection_name: str, **kw: Any) -> Any:

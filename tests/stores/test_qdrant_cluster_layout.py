@@ -145,13 +145,29 @@ def test_the_sharded_store_sends_the_collection_parameters_of_its_settings() -> 
         store.close()
 
 
-def test_a_restarted_replica_knows_the_shard_keys_that_exist() -> None:
+def test_replicas_share_the_shard_keys_whoever_created_them() -> None:
+    """A key made by another replica before this one opened is known from the server's
+    list; one made after is found when creating it is refused."""
     store = ShardedQdrantStore(location=":memory:", dim=DIM, layout=layout_of(**CLUSTER_SETTINGS))
     try:
-        store.cluster.shard_keys["globex"] = {}
-        store._ready = False  # as a new process opening the same collection
+        cluster = store.cluster
+        cluster.shard_keys["globex"] = {}  # before this replica's open (see below)
+        store._list_shard_keys()  # what opening the collection does
         store.count(Filter(must=[MatchValue("tenant", "globex")]))
-        assert store.cluster.violations == []  # not created a second time
+        assert cluster.key_requests == []
+        cluster.shard_keys["initech"] = {}  # by another replica, after
+        store.upsert(
+            [
+                VectorPoint(
+                    "00000000-0000-0000-0000-000000000002",
+                    [0.0, 1.0, 0.0, 0.0],
+                    payload={"tenant": "initech", "user_id": "bo"},
+                )
+            ]
+        )
+        assert cluster.key_requests == ["initech"]
+        assert store.count(Filter(must=[MatchValue("tenant", "initech")])) == 1
+        assert cluster.violations == []
     finally:
         store.close()
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from qdrant_client import models
 
 from memoryd.stores.vectors.port import (
     Condition,
@@ -442,9 +443,16 @@ def test_a_random_sequence_of_operations_gives_the_same_answers(
 def routed_by_tenant(store: ShardedQdrantStore) -> None:
     """Sharded by tenant, every write went to its tenant's shard key and every call whose
     filter names a tenant to that tenant's key (the stand-in cluster refuses anything
-    else); each key was created once, with the replication factor of the settings."""
+    else); each key was created once, with the replication factor of the settings; every
+    dense search asked for rescoring of the int8 candidates (local mode searches exactly,
+    which is why the answers equal edge's)."""
     cluster = store.cluster
+    rescored = models.SearchParams(
+        quantization=models.QuantizationSearchParams(rescore=True, oversampling=2.0)
+    )
+    assert cluster.dense_params and all(p == rescored for p in cluster.dense_params)
     assert cluster.violations == []
+    assert sorted(cluster.key_requests) == sorted(TENANTS)  # each asked for once
     assert set(cluster.shard_keys) == set(TENANTS)
     assert all(p["replication_factor"] == 2 for p in cluster.shard_keys.values())
     named = {call for call, key in cluster.selectors if key is not None}

@@ -245,8 +245,7 @@ class QdrantServerVectorStore:
             info = self._client.get_collection(name)
             self._check_compatible(info)
             if self._layout.by_tenant:
-                listed = self._client.list_shard_keys(name).shard_keys or []
-                self._shard_keys.update(str(k.key) for k in listed)
+                self._list_shard_keys()
             existing = set(info.payload_schema)
             with warnings.catch_warnings():
                 # Local mode warns that payload indexes have no effect there; we know.
@@ -315,12 +314,18 @@ class QdrantServerVectorStore:
                         shards_number=self._layout.shard_number,
                         replication_factor=self._layout.replication_factor,
                     )
-                except (UnexpectedResponse, grpc.RpcError) as exc:
-                    # Another replica created it first.
-                    if "already exists" not in str(exc).lower():
+                except (UnexpectedResponse, grpc.RpcError):
+                    # Another replica may have created it since we listed the keys: the
+                    # server's list decides, not the wording of its error.
+                    self._list_shard_keys()
+                    if tenant not in self._shard_keys:
                         raise
                 self._shard_keys.add(tenant)
         return tenant
+
+    def _list_shard_keys(self) -> None:
+        listed = self._client.list_shard_keys(self._collection).shard_keys or []
+        self._shard_keys.update(str(k.key) for k in listed)
 
     def _selector(self, filter: Filter | None) -> str | None:
         """The shard key of the tenant `filter` names (sharding="tenant"), else None: a
