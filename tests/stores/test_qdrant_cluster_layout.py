@@ -14,12 +14,11 @@ import pytest
 from qdrant_client import models
 from qdrant_client.conversions.conversion import RestToGrpc
 
+from memoryd.app import StartupRefused, open_vector_store
 from memoryd.settings import InvalidSettings, Settings, check_environment
-from memoryd.stores import vectors
 from memoryd.stores.vectors.port import (
     DENSE_VECTOR,
     Filter,
-    IncompatibleStoreError,
     MatchValue,
     VectorPoint,
 )
@@ -172,9 +171,16 @@ def test_replicas_share_the_shard_keys_whoever_created_them() -> None:
         store.close()
 
 
-def test_local_mode_refuses_sharding_by_tenant_in_one_clear_error(tmp_path: Path) -> None:
+def test_local_mode_refuses_sharding_by_tenant_at_start_up_naming_the_setting(
+    tmp_path: Path,
+) -> None:
     settings = Settings.explicit(
-        data_dir=tmp_path, vectors={"qdrant_location": ":memory:"}, qdrant={"sharding": "tenant"}
+        data_dir=tmp_path,
+        vectors={"backend": "qdrant", "qdrant_location": ":memory:"},
+        qdrant={"sharding": "tenant"},
     )
-    with pytest.raises(IncompatibleStoreError, match=r"qdrant\.sharding = 'tenant'"):
-        vectors.ADAPTERS["qdrant"](settings, DIM)
+    with pytest.raises(StartupRefused) as refused:
+        open_vector_store(settings, DIM)
+    message = str(refused.value)
+    assert "qdrant.sharding = 'tenant' needs custom sharding" in message
+    assert "reindex" not in message  # the vectors are not the problem

@@ -293,7 +293,8 @@ class QdrantServerVectorStore:
             models.ShardingMethod.CUSTOM if self._layout.by_tenant else models.ShardingMethod.AUTO
         )
         if method != wanted:
-            raise IncompatibleStoreError(
+            # Not IncompatibleStoreError: the vectors are fine, re-embedding would not help.
+            raise VectorStoreError(
                 f"collection {self._collection!r} is sharded {method.value}, but "
                 f"qdrant.sharding = {self._layout.sharding!r} needs "
                 f"{wanted.value} sharding (local mode has no shards)"
