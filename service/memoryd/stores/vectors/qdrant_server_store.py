@@ -297,7 +297,7 @@ class QdrantServerVectorStore:
             raise VectorStoreError(
                 f"collection {self._collection!r} is sharded {method.value}, but "
                 f"qdrant.sharding = {self._layout.sharding!r} needs "
-                f"{wanted.value} sharding (local mode has no shards)"
+                f"{wanted.value} sharding" + (" (local mode has no shards)" if self._local else "")
             )
 
     # ------------------------------------------------------------------ shard keys
