@@ -95,11 +95,21 @@ async def shots(out: Path, data: Path) -> list[Path]:
             await shot("graph")
             await page.goto("/users/ana/ask?q=skiing+preferences&budget=300")
             await shot("ask")
+            await page.goto("/users/bob")
+            async with page.expect_download() as download:
+                await page.get_by_role("link", name="Export (JSONL)").click()
+            exported = data / "bob.jsonl"
+            await (await download.value).save_as(exported)
             await page.goto("/users/bob/erase")
             await page.get_by_label("Type the user id").fill("bob")
             await shot("erase")
             await page.get_by_role("button", name="Erase this user").click()
             await shot("erased")
+            await page.goto("/users/bob/import")
+            await page.get_by_label("Export file (JSONL)").set_input_files(exported)
+            await shot("import")
+            await page.get_by_role("button", name="Import this file").click()
+            await shot("imported")
             await page.goto("/health")
             await page.goto("/health")  # the second read shows the call rate
             await shot("health")

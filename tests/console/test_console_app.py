@@ -161,6 +161,68 @@ async def test_export_downloads_the_jsonl_stream(stack: Stack) -> None:
     assert any("ana enjoys skiing" in line for line in lines)
 
 
+async def test_an_admin_imports_an_export_back_after_an_erasure(stack: Stack) -> None:
+    client = await signed_in(stack, stack.admin)
+    exported = (await client.get("/users/ana/export")).content
+    form = await client.get("/users/ana/erase")
+    await client.post("/users/ana/erase", data={"csrf": csrf_of(form.text), "confirm": "ana"})
+    assert "ana enjoys skiing" not in (await client.get("/users/ana")).text
+
+    form = await client.get("/users/ana/import")
+    assert form.status_code == 200 and 'type="file"' in form.text
+    done = await client.post(
+        "/users/ana/import",
+        data={"csrf": csrf_of(form.text)},
+        files={"file": ("ana.jsonl", exported, "application/x-ndjson")},
+    )
+    assert done.status_code == 200, done.text
+    assert "Imported 10, skipped 0" in done.text and "checksum verified" in done.text
+    # The file holds ana's 4 long-term memories, her persona fact, 3 entities, 2 relations.
+    for sent in ("long_term: 4", "persona: 1", "entity: 5"):
+        assert sent in done.text, sent
+    page = (await client.get("/users/ana")).text
+    assert "ana enjoys skiing" in page and "<b>city</b>" in page
+
+
+async def test_an_import_of_a_damaged_file_writes_nothing_and_names_the_fault(
+    stack: Stack,
+) -> None:
+    client = await signed_in(stack, stack.admin)
+    lines = (await client.get("/users/ana/export")).text.splitlines()
+    token = csrf_of((await client.get("/users/carl/import")).text)
+
+    def upload(body: str) -> dict[str, tuple[str, bytes, str]]:
+        return {"file": ("x.jsonl", body.encode(), "application/x-ndjson")}
+
+    bad_line = await client.post(
+        "/users/carl/import", data={"csrf": token}, files=upload(lines[0] + "\nnot json\n")
+    )
+    assert (
+        bad_line.status_code == 400 and "line 2 is not a line of a memoryd export" in bad_line.text
+    )
+    tampered = "\n".join(lines).replace("ana enjoys skiing", "ana enjoys diving")
+    refused = await client.post("/users/carl/import", data={"csrf": token}, files=upload(tampered))
+    assert refused.status_code == 400 and "checksum" in refused.text
+    assert 'href="/users/carl"' not in (await client.get("/")).text
+
+
+async def test_a_reader_gets_no_import_form_and_an_import_needs_the_csrf_token(
+    stack: Stack,
+) -> None:
+    reader = await signed_in(stack, stack.reader)
+    form = await reader.get("/users/ana/import")
+    assert form.status_code == 403 and "may not import" in form.text
+    assert 'type="file"' not in form.text
+    exported = (await reader.get("/users/ana/export")).content
+    upload = {"file": ("ana.jsonl", exported, "application/x-ndjson")}
+    forged = await reader.post("/users/bob/import", data={"csrf": csrf_of(form.text)}, files=upload)
+    assert forged.status_code == 403
+    admin = await signed_in(stack, stack.admin)
+    no_token = await admin.post("/users/bob/import", files=upload)
+    assert no_token.status_code == 403 and "CSRF" in no_token.text
+    assert "ana enjoys skiing" not in (await admin.get("/users/bob")).text
+
+
 async def test_health_shows_each_store_and_the_services_metrics(stack: Stack) -> None:
     client = await signed_in(stack, stack.reader)
     await client.get("/")

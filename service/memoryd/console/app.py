@@ -20,6 +20,7 @@ from urllib.parse import quote, urlencode
 import grpc
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.datastructures import FormData, UploadFile
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
@@ -178,14 +179,20 @@ class Console:
 
     async def checked_post(self, request: Request, session: Session) -> dict[str, str]:
         """The form of a POST that passed the CSRF and same-origin checks."""
+        form = await self.checked_form(request, session)
+        return {k: v for k, v in form.items() if isinstance(v, str)}
+
+    async def checked_form(self, request: Request, session: Session) -> FormData:
+        """The whole form (its uploads included) of a POST that passed the same checks."""
         origin = request.headers.get("origin")
         if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
             raise Refused(403, "a request from another site is refused")
         form = await request.form()
-        fields = {k: v for k, v in form.items() if isinstance(v, str)}
-        if not session.csrf_ok(fields.get("csrf", "")):
+        token = form.get("csrf", "")
+        if not isinstance(token, str) or not session.csrf_ok(token):
+            await form.close()
             raise Refused(403, "the form's CSRF token is missing or wrong: reload the page")
-        return fields
+        return form
 
     def signed_in(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -544,6 +551,73 @@ class Console:
             empty=not found.items and held == 0 and not items,
         )
 
+    async def import_form(self, request: Request, session: Session) -> Response:
+        user_id = request.path_params["user_id"]
+        # An Import that ends before its trailer writes nothing: the service checks the
+        # grant on the first message, then refuses the incomplete stream. So this asks
+        # whether the credential may import without changing anything.
+        try:
+            await self.service.import_(
+                _only(pb.ImportRequest(scope=_scope(user_id))), session.credential
+            )
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.PERMISSION_DENIED:
+                return self.page(
+                    request,
+                    "import.html",
+                    session,
+                    403,
+                    user_id=user_id,
+                    allowed=False,
+                    error=err.details() or "",
+                )
+            if err.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+        return self.page(request, "import.html", session, user_id=user_id, allowed=True, error="")
+
+    async def import_(self, request: Request, session: Session) -> Response:
+        user_id = request.path_params["user_id"]
+        form = await self.checked_form(request, session)
+        try:
+            upload = form.get("file")
+            if not isinstance(upload, UploadFile) or not upload.filename:
+                return self._import_refused(request, session, user_id, "choose an export file")
+            sent = _Sent()
+            try:
+                reply = await self.service.import_(
+                    _import_requests(user_id, upload, sent), session.credential
+                )
+            except grpc.aio.AioRpcError as err:
+                if sent.problem:  # a bad line ended the stream: that is the cause
+                    return self._import_refused(request, session, user_id, sent.problem)
+                if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    return self._import_refused(
+                        request, session, user_id, f"the service refused the file: {err.details()}"
+                    )
+                raise
+        finally:
+            await form.close()
+        # Counts only: memory content is never logged.
+        log.info("console import", extra={"imported_count": reply.imported_count})
+        usage = await self.call(session, "Usage", pb.UsageRequest(scope=_scope(user_id)))
+        return self.page(
+            request,
+            "imported.html",
+            session,
+            user_id=user_id,
+            reply=reply,
+            sent=sorted(sent.per_tier.items()),
+            total=sum(sent.per_tier.values()),
+            usage=usage,
+        )
+
+    def _import_refused(
+        self, request: Request, session: Session, user_id: str, error: str
+    ) -> Response:
+        return self.page(
+            request, "import.html", session, 400, user_id=user_id, allowed=True, error=error
+        )
+
     async def export(self, request: Request, session: Session) -> Response:
         user_id = request.path_params["user_id"]
         stream = self.service.export(
@@ -602,6 +676,53 @@ def _number(value: str | None, allowed: list[int]) -> int:
     return 0
 
 
+def _scope(user_id: str) -> pb.Scope:
+    return pb.Scope(user_id=user_id)
+
+
+async def _only(request: pb.ImportRequest) -> AsyncIterator[pb.ImportRequest]:
+    yield request
+
+
+class _Sent:
+    """What an upload streamed to Import: items per tier, and the first bad line."""
+
+    def __init__(self) -> None:
+        self.per_tier: dict[int, int] = {}
+        self.problem = ""
+
+
+async def _import_requests(
+    user_id: str, upload: UploadFile, sent: _Sent
+) -> AsyncIterator[pb.ImportRequest]:
+    """The uploaded JSONL export as Import messages, line by line (never whole in memory).
+    A line that is not an export message ends the stream: the service then refuses it for
+    its missing trailer and nothing is written; `sent.problem` names the line."""
+    await upload.seek(0)
+    first = True
+    number = 0
+    for raw in upload.file:
+        number += 1
+        line = raw.decode("utf-8", errors="replace").strip()
+        if not line:
+            continue
+        try:
+            message = export_stream.from_json_line(line)
+        except export_stream.NotAnExportLine:
+            sent.problem = f"line {number} is not a line of a memoryd export"
+            return
+        request = export_stream.import_request(message)
+        if first:
+            # The items belong to the user of this page, whoever the file was exported from.
+            request.scope.CopyFrom(_scope(user_id))
+            first = False
+        if message.WhichOneof("payload") == "item":
+            sent.per_tier[message.item.tier] = sent.per_tier.get(message.item.tier, 0) + 1
+        yield request
+    if first:
+        sent.problem = "the file is empty"
+
+
 class _Framing(BaseHTTPMiddleware):
     """The security headers on every answer, and one log line per request (no path
     parameters, no query string: they carry user ids and queries)."""
@@ -640,6 +761,8 @@ def create_app(console: Console) -> Starlette:
         Route("/users/{user_id}/export", c.signed_in(c.export), methods=["GET"]),
         Route("/users/{user_id}/erase", c.signed_in(c.erase_form), methods=["GET"]),
         Route("/users/{user_id}/erase", c.signed_in(c.erase), methods=["POST"]),
+        Route("/users/{user_id}/import", c.signed_in(c.import_form), methods=["GET"]),
+        Route("/users/{user_id}/import", c.signed_in(c.import_), methods=["POST"]),
         Route("/users/{user_id}/memories/{tier}/{memory_id}", c.signed_in(c.memory)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
