@@ -67,13 +67,17 @@ async def test_the_overview_lists_the_tenants_users_with_usage_and_never_another
     assert 'href="/users/zoe"' in theirs and "ana" not in theirs
 
 
-async def test_the_overview_pages_through_users(stack: Stack) -> None:
+async def test_the_overview_pages_through_users_with_the_tenants_totals(stack: Stack) -> None:
     client = await signed_in(stack, stack.admin)
     first = (await client.get("/", params={"size": "1"})).text
     assert 'href="/users/ana"' in first and 'href="/users/bob"' not in first
+    # The totals are the tenant's, on every page: ana's 4 long-term memories and bob's 1.
+    footer = first.split("<tfoot>")[1].split("</tfoot>")[0]
+    assert "Tenant totals" in footer and "<td>5 · " in footer
     next_link = first.split('<a href="/?')[-1].split('"')[0].replace("&amp;", "&")
     second = (await client.get(f"/?{next_link}")).text
     assert 'href="/users/bob"' in second and 'href="/users/ana"' not in second
+    assert "<td>5 · " in second.split("<tfoot>")[1]
 
 
 async def test_a_users_page_lists_every_stored_tier_with_filters(stack: Stack) -> None:
@@ -83,6 +87,11 @@ async def test_a_users_page_lists_every_stored_tier_with_filters(stack: Stack) -
         assert text in page, text
     messages = (await client.get("/users/ana", params={"kind": "message"})).text
     assert "ana said hello" in messages and "ana enjoys skiing" not in messages
+    assert "<td>message</td>" in messages  # the source column
+    assert (
+        "<td>explicit add</td>"
+        in (await client.get("/users/ana", params={"kind": "preference"})).text
+    )
     by_meta = (await client.get("/users/ana", params={"meta": "channel=chat"})).text
     assert "ana said hello" in by_meta and "skiing" not in by_meta
     persona = (await client.get("/users/ana", params={"tier": "persona"})).text
@@ -180,8 +189,9 @@ async def test_an_admin_imports_an_export_back_after_an_erasure(stack: Stack) ->
     # The file holds ana's 4 long-term memories, her persona fact, 3 entities, 2 relations.
     for sent in ("long_term: 4", "persona: 1", "entity: 5"):
         assert sent in done.text, sent
-    page = (await client.get("/users/ana")).text
-    assert "ana enjoys skiing" in page and "<b>city</b>" in page
+    page = (await client.get("/users/ana", params={"tier": "long_term"})).text
+    assert "ana enjoys skiing" in page and "<td>import</td>" in page
+    assert "<td>explicit add</td>" not in page
 
 
 async def test_an_import_of_a_damaged_file_writes_nothing_and_names_the_fault(

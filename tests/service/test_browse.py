@@ -10,6 +10,7 @@ import grpc
 
 from conftest import RunningServer, ServerFactory
 from grants import Caller, new_key
+from memoryd.transport import export_stream
 from memoryd.v1 import memory_pb2 as pb
 from rpc import bad_request_fields, rpc_error, scope
 
@@ -187,3 +188,62 @@ async def test_retrieve_with_explain_gives_each_hit_the_components_of_its_score(
     assert skiing.keyword > 0 and coffee.keyword == 0  # only one holds the query's keyword
     plain = pb.RetrieveRequest(scope=scope("explained"), query="skiing", min_score=0.0)
     assert not any(h.HasField("explain") for h in (await memoryd.stub.Retrieve(plain)).items)
+
+
+async def test_every_page_carries_the_tenants_totals_per_tier_not_the_pages(
+    start_server: ServerFactory,
+) -> None:
+    s = await start_server()
+    for user, memories in (("ann", 1), ("ben", 2), ("cy", 3)):
+        for n in range(memories):
+            await add(s.stub, user, f"{user} memory number {n}")
+    await add(s.stub, "cy", "Lyon", tier=PE, key="city")
+    usage = [await s.stub.Usage(pb.UsageRequest(scope=scope(u))) for u in ("ann", "ben", "cy")]
+    expected = {
+        tier: (sum(t.count for u in usage for t in u.tiers if t.tier == tier),
+               sum(t.bytes for u in usage for t in u.tiers if t.tier == tier))
+        for tier in (LT, PE)
+    }  # fmt: skip
+    assert expected[LT][0] == 6 and expected[PE][0] == 1
+    token = ""
+    pages = 0
+    while True:
+        reply = await s.stub.ListUsers(pb.ListUsersRequest(page_size=1, page_token=token))
+        pages += 1
+        totals = {t.tier: (t.count, t.bytes) for t in reply.totals}
+        assert {t: totals[t] for t in (LT, PE)} == expected
+        token = reply.next_page_token
+        if not token:
+            break
+    assert pages == 3
+
+
+async def test_listed_memories_tell_an_import_and_a_persona_command_from_an_add(
+    start_server: ServerFactory,
+) -> None:
+    s = await start_server()
+    await add(s.stub, "ana", "ana enjoys skiing")
+    await s.stub.Add(
+        pb.AddRequest(
+            scope=pb.Scope(user_id="ana", session_id="s1"),
+            tier=pb.TIER_SHORT_TERM,
+            content="remember that my city is Lyon",
+            role=pb.ROLE_USER,
+        )
+    )
+    exported = [m async for m in s.stub.Export(pb.ExportRequest(scope=scope("ana"), tiers=[LT]))]
+    # An export holds the memories, not how they came in here (an Import gives its own).
+    assert not any(m.item.origin for m in exported if m.WhichOneof("payload") == "item")
+    requests = [export_stream.import_request(m) for m in exported]
+    requests[0].scope.CopyFrom(scope("ivy"))
+    await s.stub.Import(iter(requests))
+
+    def origins(reply: pb.ListMemoriesResponse) -> dict[str, tuple[int, int]]:
+        return {i.content: (i.origin, i.source) for i in reply.items}
+
+    ana = origins(await s.stub.ListMemories(pb.ListMemoriesRequest(scope=scope("ana"))))
+    assert ana["ana enjoys skiing"] == (pb.ORIGIN_UNSPECIFIED, pb.SOURCE_EXPLICIT)
+    assert ana["Lyon"] == (pb.ORIGIN_COMMAND, pb.SOURCE_EXPLICIT)
+    ivy = origins(await s.stub.ListMemories(pb.ListMemoriesRequest(scope=scope("ivy"))))
+    # Imported, and still explicit: the item's own source is kept.
+    assert ivy["ana enjoys skiing"] == (pb.ORIGIN_IMPORT, pb.SOURCE_EXPLICIT)

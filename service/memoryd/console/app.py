@@ -78,14 +78,17 @@ def kind_name(value: int) -> str:
 
 
 def source_of(item: pb.MemoryItem) -> str:
-    """Where a memory came from, as far as its fields tell."""
+    """How a memory came in: its origin where the service stored one (Import, a persona
+    command), else what its kind and source tell (MemoryItem.origin in the contract)."""
+    if item.origin == pb.ORIGIN_IMPORT:
+        return "import"
+    if item.origin == pb.ORIGIN_COMMAND:
+        return "persona command"
     if item.kind == pb.KIND_MESSAGE:
         return "message"
     if item.source == pb.SOURCE_AUTO:
         return "extraction"
-    if item.source == pb.SOURCE_EXPLICIT:
-        return "explicit"
-    return "add / import"
+    return "explicit add"
 
 
 def when(ts: Any) -> str:
@@ -326,12 +329,8 @@ class Console:
             "ListUsers",
             pb.ListUsersRequest(user_id_prefix=prefix, page_size=size, page_token=token),
         )
-        totals: dict[int, list[int]] = {}
-        for user in reply.users:
-            for t in user.tiers:
-                row = totals.setdefault(t.tier, [0, 0])
-                row[0] += t.count
-                row[1] += t.bytes
+        # The tenant's totals (every user, not this page's), from the service.
+        totals = {t.tier: (t.count, t.bytes) for t in reply.totals}
         return self.page(
             request,
             "overview.html",

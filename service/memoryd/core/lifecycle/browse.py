@@ -26,6 +26,7 @@ from memoryd.core.models import (
     MemoryRecord,
     Scope,
     Tier,
+    TierUsage,
     UsageReport,
     UsersPage,
     UsersQuery,
@@ -37,6 +38,13 @@ from memoryd.stores.vectors.port import MatchValue
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 200
+# A tenant's totals are a sum over every user's usage counters: summed at most this often
+# per tenant (and bound credential) and process, so paging through the overview costs one
+# sum, not one per page.
+TOTALS_TTL_S = 10.0
+# Users whose usage is read at once while summing, and per directory read.
+_TOTALS_BATCH = 100
+_DIRECTORY_READ = 1000
 # Remembered (tenant, user) notes per process before the memo starts over.
 _MEMO_LIMIT = 100_000
 
@@ -93,6 +101,7 @@ class Browser:
         # the vector store's owners before its first listing.
         self._backfill = backfill
         self._backfilling = asyncio.Lock()
+        self._totals: dict[tuple[str, frozenset[str]], tuple[float, list[TierUsage]]] = {}
 
     async def noted(self, scope: Scope) -> None:
         """A write of `scope`'s user landed. The directory is a view for operators: a store
@@ -111,6 +120,8 @@ class Browser:
 
     async def erased(self, scope: Scope) -> None:
         self._noted.pop((scope.tenant, scope.user_id), None)
+        for key in [k for k in self._totals if k[0] == scope.tenant]:
+            del self._totals[key]
         try:
             await self._directory.remove(scope.tenant, scope.user_id)
         except CountersUnavailable as exc:
@@ -150,7 +161,41 @@ class Browser:
         reports = await asyncio.gather(*(self._usage(Scope(query.tenant, u)) for u in found))
         users = [UserSummary(u, r, seen[u]) for u, r in zip(found, reports, strict=True)]
         token = _encode({"after": found[-1]}) if more and found else ""
-        return UsersPage(users, token)
+        return UsersPage(users, token, await self._tenant_totals(query.tenant, query.only))
+
+    async def _tenant_totals(self, tenant: str, only: frozenset[str]) -> list[TierUsage]:
+        """Count and bytes per tier summed over the tenant's users (a bound credential's
+        own users only), from their usage counters; at most TOTALS_TTL_S old."""
+        now = self._clock()
+        cached = self._totals.get((tenant, only))
+        if cached is not None and now - cached[0] < TOTALS_TTL_S:
+            return cached[1]
+        sums: dict[Tier, TierUsage] = {}
+        users = sorted(only) if only else await self._every_user(tenant)
+        for start in range(0, len(users), _TOTALS_BATCH):
+            batch = users[start : start + _TOTALS_BATCH]
+            for report in await asyncio.gather(*(self._usage(Scope(tenant, u)) for u in batch)):
+                for t in report.tiers:
+                    total = sums.setdefault(t.tier, TierUsage(t.tier))
+                    total.count += t.count
+                    total.bytes += t.bytes
+        result = [sums[t] for t in TIERS if t in sums]
+        if len(self._totals) >= _MEMO_LIMIT:
+            self._totals.clear()
+        self._totals[(tenant, only)] = (now, result)
+        return result
+
+    async def _every_user(self, tenant: str) -> list[str]:
+        users: list[str] = []
+        try:
+            while True:
+                after = users[-1] if users else ""
+                page = await self._directory.page(tenant, after=after, limit=_DIRECTORY_READ)
+                users += [u.user_id for u in page]
+                if len(page) < _DIRECTORY_READ:
+                    return users
+        except CountersUnavailable as exc:
+            raise StoreUnavailable("usage", str(exc)) from exc
 
     async def memories(self, query: MemoriesQuery) -> MemoriesPage:
         size = _page_size(query.page_size)
