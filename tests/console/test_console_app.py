@@ -11,6 +11,7 @@ import pytest
 from console_stack import Stack, csrf_of, signed_in, stack, web
 from memoryd.console.app import CSP
 from memoryd.console.sessions import COOKIE
+from memoryd.v1 import memory_pb2 as pb
 
 __all__ = ["stack"]  # the fixture, imported for the tests below
 
@@ -96,6 +97,29 @@ async def test_a_users_page_lists_every_stored_tier_with_filters(stack: Stack) -
     assert "ana said hello" in by_meta and "skiing" not in by_meta
     persona = (await client.get("/users/ana", params={"tier": "persona"})).text
     assert "<b>city</b>" in persona and "skiing" not in persona
+
+
+async def test_a_users_live_session_and_task_are_listed_with_their_hot_memories(
+    stack: Stack,
+) -> None:
+    acme = stack.caller(stack.admin)
+    task = pb.Scope(user_id="ana", agent_id="planner", task_id="trip")
+    await acme.Add(pb.AddRequest(scope=task, tier=pb.TIER_WORKING, key="seat", content="aisle"))
+    chat = pb.Scope(user_id="ana", session_id="s1")
+    await acme.Add(
+        pb.AddRequest(scope=chat, tier=pb.TIER_SHORT_TERM, content="hola Rumi", role=pb.ROLE_USER)
+    )
+    client = await signed_in(stack, stack.reader)
+    page = (await client.get("/users/ana")).text
+    assert 'href="?session=s1"' in page and 'href="?task=trip&amp;agent=planner"' in page
+    assert "hola Rumi" not in page and "aisle" not in page
+    window = (await client.get("/users/ana", params={"session": "s1"})).text
+    assert "<td>short_term</td>" in window and "hola Rumi" in window
+    working = (await client.get("/users/ana", params={"task": "trip", "agent": "planner"})).text
+    assert "<td>working</td>" in working and "<b>seat</b>: aisle" in working
+    link = working.split('href="/users/ana/memories/working/')[1].split('"')[0]
+    detail = await client.get(f"/users/ana/memories/working/{link.replace('&amp;', '&')}")
+    assert detail.status_code == 200 and "aisle" in detail.text
 
 
 async def test_a_memorys_detail_and_the_entity_graph(stack: Stack) -> None:

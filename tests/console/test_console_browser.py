@@ -19,6 +19,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from console_stack import Stack, _Server, free_port, served, stack
+from memoryd.v1 import memory_pb2 as pb
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(
@@ -118,6 +119,29 @@ async def test_an_admin_exports_erases_and_imports_a_user_back(
     await expect(page.locator("ul.sent")).to_contain_text("long_term: 1")
     await page.get_by_role("link", name="See the memories").click()
     await expect(page.get_by_text("bob owns a red bicycle")).to_be_visible()
+
+
+async def test_a_live_session_is_picked_from_the_keyboard_and_its_window_listed(
+    served: Stack, browser: Browser
+) -> None:
+    chat = pb.Scope(user_id="ana", session_id="s1")
+    await served.caller(served.admin).Add(
+        pb.AddRequest(scope=chat, tier=pb.TIER_SHORT_TERM, content="hola Rumi", role=pb.ROLE_USER)
+    )
+    page = await sign_in(browser, served, served.reader)
+    await page.goto("/users/ana")
+    window = page.locator("table.memories tbody tr td:first-child", has_text="short_term")
+    await expect(window).to_have_count(0)  # a session's window only when it is picked
+    for _ in range(60):
+        await page.keyboard.press("Tab")
+        if await page.evaluate("() => document.activeElement.innerText") == "s1":
+            break
+    await page.keyboard.press("Enter")
+    await page.wait_for_url("**/users/ana?session=s1")
+    await expect(window).to_have_count(1)
+    await expect(page.locator("table.memories tbody tr", has_text="short_term")).to_contain_text(
+        "hola Rumi"
+    )
 
 
 async def test_a_reader_is_refused_the_import_form(served: Stack, browser: Browser) -> None:

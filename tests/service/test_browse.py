@@ -247,3 +247,35 @@ async def test_listed_memories_tell_an_import_and_a_persona_command_from_an_add(
     ivy = origins(await s.stub.ListMemories(pb.ListMemoriesRequest(scope=scope("ivy"))))
     # Imported, and still explicit: the item's own source is kept.
     assert ivy["ana enjoys skiing"] == (pb.ORIGIN_IMPORT, pb.SOURCE_EXPLICIT)
+
+
+async def test_a_named_task_or_session_lists_its_hot_tier_and_the_first_page_names_them(
+    start_server: ServerFactory,
+) -> None:
+    s = await start_server()
+    task = pb.Scope(user_id="ana", agent_id="planner", task_id="trip")
+    await s.stub.Add(pb.AddRequest(scope=task, tier=pb.TIER_WORKING, key="seat", content="window"))
+    chat = pb.Scope(user_id="ana", session_id="s1")
+    await s.stub.Add(
+        pb.AddRequest(scope=chat, tier=pb.TIER_SHORT_TERM, content="hi there", role=pb.ROLE_USER)
+    )
+    await add(s.stub, "ana", "ana enjoys skiing")
+
+    plain = await s.stub.ListMemories(pb.ListMemoriesRequest(scope=scope("ana")))
+    assert {i.tier for i in plain.items} <= {LT}  # the hot tiers only for a named scope
+    assert [(t.agent_id, t.task_id) for t in plain.tasks] == [("planner", "trip")]
+    assert list(plain.session_ids) == ["s1"]
+
+    working = await s.stub.ListMemories(pb.ListMemoriesRequest(scope=task, tiers=[pb.TIER_WORKING]))
+    assert [(i.tier, i.key, i.content) for i in working.items] == [
+        (pb.TIER_WORKING, "seat", "window")
+    ]
+    session = await s.stub.ListMemories(pb.ListMemoriesRequest(scope=chat))
+    window = [i for i in session.items if i.tier == pb.TIER_SHORT_TERM]
+    assert [(i.content, i.session_id) for i in window] == [("hi there", "s1")]
+    assert "ana enjoys skiing" not in {i.content for i in session.items}  # another session's
+
+    err = await rpc_error(
+        s.stub.ListMemories(pb.ListMemoriesRequest(scope=scope("ana"), tiers=[pb.TIER_SHORT_TERM]))
+    )
+    assert bad_request_fields(err) == ["tiers[0]"]

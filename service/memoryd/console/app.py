@@ -57,6 +57,8 @@ SECURITY_HEADERS = {
 }
 TIERS = [int(v) for v in pb.Tier.values() if v != pb.TIER_UNSPECIFIED]
 KINDS = [int(v) for v in pb.Kind.values() if v != pb.KIND_UNSPECIFIED]
+# Tiers whose items belong to a task or a session: their detail links name it.
+HOT = (pb.TIER_WORKING, pb.TIER_SHORT_TERM)
 # Health services of the server (see app.py's probes) and of each tier.
 HEALTH_SERVICES = [
     "",
@@ -123,7 +125,9 @@ def _templates() -> Environment:
         source=source_of,
         path=lambda v: quote(str(v), safe=""),
     )
-    env.globals.update(TIERS=TIERS, KINDS=KINDS, PAGE_SIZES=PAGE_SIZES, urlencode=urlencode)
+    env.globals.update(
+        HOT=HOT, TIERS=TIERS, KINDS=KINDS, PAGE_SIZES=PAGE_SIZES, urlencode=urlencode
+    )
     return env
 
 
@@ -350,6 +354,8 @@ class Console:
         tier = _number(q.get("tier"), TIERS)
         kind = _number(q.get("kind"), KINDS)
         session_id = q.get("session", "").strip()
+        task_id = q.get("task", "").strip()
+        agent_id = q.get("agent", "").strip() if task_id else ""
         meta = q.get("meta", "").strip()
         filters: dict[str, str] = {}
         if meta:
@@ -359,7 +365,8 @@ class Console:
             filters[key.strip()] = value.strip()
         size = _size(q.get("size"), 50)
         token = q.get("page", "")
-        scope = pb.Scope(user_id=user_id, session_id=session_id)
+        # A session or task named lists its hot tier too (its window, its working memory).
+        scope = pb.Scope(user_id=user_id, session_id=session_id, agent_id=agent_id, task_id=task_id)
         reply = await self.call(
             session,
             "ListMemories",
@@ -377,6 +384,8 @@ class Console:
             "tier": q.get("tier", ""),
             "kind": q.get("kind", ""),
             "session": session_id,
+            "task": task_id,
+            "agent": agent_id,
             "meta": meta,
             "size": str(size),
         }
@@ -392,6 +401,8 @@ class Console:
             here=here,
             tier=tier,
             kind=kind,
+            tasks=list(reply.tasks),
+            sessions=list(reply.session_ids),
         )
 
     async def memory(self, request: Request, session: Session) -> Response:
@@ -399,11 +410,19 @@ class Console:
         tier = _number(request.path_params["tier"], TIERS)
         if not tier:
             raise Refused(404, "no such tier")
+        q = request.query_params
+        # A hot tier's item is found in its session or task (the table's link names it).
+        scope = pb.Scope(
+            user_id=user_id,
+            session_id=q.get("session", ""),
+            task_id=q.get("task", ""),
+            agent_id=q.get("agent", ""),
+        )
         reply = await self.call(
             session,
             "Get",
             pb.GetRequest(
-                scope=pb.Scope(user_id=user_id),
+                scope=scope,
                 tier=tier,  # type: ignore[arg-type]
                 ids=[request.path_params["memory_id"]],
             ),

@@ -497,3 +497,6 @@ class MemoriesQuery:
 class MemoriesPage:
     items: list[MemoryRecord]
     next_page_token: str = ""
+    # First page only: the user's live tasks and sessions (scopes a listing may name).
+    tasks: list[Scope] = field(default_factory=list)
+    sessions: list[Scope] = field(default_factory=list)

@@ -614,7 +614,12 @@ def memories_query(req: pb.ListMemoriesRequest, principal: Principal) -> Memorie
 
 def memories_response(page: MemoriesPage) -> pb.ListMemoriesResponse:
     return pb.ListMemoriesResponse(
-        items=[memory_item(r) for r in page.items], next_page_token=page.next_page_token
+        items=[memory_item(r) for r in page.items],
+        next_page_token=page.next_page_token,
+        tasks=[
+            pb.Scope(user_id=s.user_id, agent_id=s.agent_id, task_id=s.task_id) for s in page.tasks
+        ],
+        session_ids=[s.session_id for s in page.sessions],
     )
 
 

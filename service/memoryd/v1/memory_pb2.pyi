@@ -2020,11 +2020,16 @@ class ListMemoriesRequest(_message.Message):
     page_token: _builtins.str
     @_builtins.property
     def scope(self) -> Global___Scope:
-        """user_id is required; session_id, when given, selects that session's memories."""
+        """user_id is required; session_id, when given, selects that session's memories and lists
+        its short-term window; task_id (with its agent_id) lists that task's working memory.
+        """
 
     @_builtins.property
     def tiers(self) -> _containers.RepeatedScalarFieldContainer[Global___Tier.ValueType]:
-        """Empty means every tier whose memories are kept in the vector store."""
+        """Empty means every tier whose memories are kept in the vector store, and the hot tiers
+        the scope names a task or session of. TIER_WORKING needs scope.task_id,
+        TIER_SHORT_TERM scope.session_id.
+        """
 
     @_builtins.property
     def kinds(self) -> _containers.RepeatedScalarFieldContainer[Global___Kind.ValueType]: ...
@@ -2056,19 +2061,35 @@ class ListMemoriesResponse(_message.Message):
 
     ITEMS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    SESSION_IDS_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """Empty on the last page."""
     @_builtins.property
-    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryItem]: ...
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryItem]:
+        """On the first page, the named task's working memory and the named session's window come
+        whole (each bounded by its tier's limits) before the stored tiers' page.
+        """
+
+    @_builtins.property
+    def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___Scope]:
+        """First page only: the user's live tasks (agent_id and task_id of each) and sessions,
+        the scopes whose working memory and short-term window a listing may name.
+        """
+
+    @_builtins.property
+    def session_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
         items: _abc.Iterable[Global___MemoryItem] | None = ...,
         next_page_token: _builtins.str = ...,
+        tasks: _abc.Iterable[Global___Scope] | None = ...,
+        session_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "next_page_token", b"next_page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "next_page_token", b"next_page_token", "session_ids", b"session_ids", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
