@@ -19,6 +19,7 @@ import grpc
 import uvicorn
 from playwright.async_api import Page, async_playwright
 
+from clock import MovableClock
 from console_stack import Stack, _Server, free_port, seed
 from grants import new_key
 from memoryd.app import build_app
@@ -60,6 +61,7 @@ async def shots(out: Path, data: Path) -> list[Path]:
         reader=new_key(keys, "acme", "reader"),
         agent=new_key(keys, "acme", "agent", ("ana",)),
         other_admin=new_key(keys, "globex", "admin"),
+        clock=MovableClock(),
     )
     await seed(stack)
     web_port = free_port()

@@ -6,14 +6,25 @@ from __future__ import annotations
 
 import logging
 
+import httpx
 import pytest
+from cryptography.fernet import Fernet
 
-from console_stack import Stack, csrf_of, signed_in, stack, web
-from memoryd.console.app import CSP
+from console_stack import SESSION_KEY, Stack, csrf_of, signed_in, stack, web
+from memoryd.console.app import CSP, Console, create_app
 from memoryd.console.sessions import COOKIE
 from memoryd.v1 import memory_pb2 as pb
 
 __all__ = ["stack"]  # the fixture, imported for the tests below
+
+
+def browser_of(console: Console, cookie: str) -> httpx.AsyncClient:
+    """A client of `console` holding the session cookie `cookie`."""
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=create_app(console)),
+        base_url="http://console.test",
+        cookies={COOKIE: cookie},
+    )
 
 
 async def test_pages_need_a_sign_in_and_a_bad_credential_is_refused(stack: Stack) -> None:
@@ -272,9 +283,27 @@ async def test_sign_out_and_idle_expiry_end_the_session(stack: Stack) -> None:
     assert out.headers["location"] == "/signin"
     assert (await client.get("/")).status_code == 303
     again = await signed_in(stack, stack.reader)
-    for session in list(stack.console.sessions._by_id.values()):
-        session.last_seen -= 3600  # an hour idle
+    stack.clock.advance(14 * 60)  # 14 minutes idle: still signed in, the cookie renewed
+    assert (await again.get("/")).status_code == 200
+    stack.clock.advance(16 * 60)  # then 16 more: past the 15 minutes of idle expiry
     assert (await again.get("/")).status_code == 303
+
+
+async def test_a_session_is_its_encrypted_cookie_read_by_any_console_with_the_key(
+    stack: Stack,
+) -> None:
+    """No console holds sessions: another replica with the same key (or this one after a
+    restart) reads the cookie; one with another key, or a cookie altered, reads nothing."""
+    client = await signed_in(stack, stack.reader)
+    cookie = client.cookies[COOKIE]
+    assert stack.reader not in cookie and stack.reader[-12:] not in cookie
+    replica = Console(stack.console.service, session_key=SESSION_KEY, clock=stack.clock)
+    page = await browser_of(replica, cookie).get("/users/ana")
+    assert page.status_code == 200 and "ana enjoys skiing" in page.text
+    stranger = Console(stack.console.service, session_key=Fernet.generate_key())
+    assert (await browser_of(stranger, cookie).get("/")).status_code == 303
+    altered = cookie[:-8] + ("A" * 8 if not cookie.endswith("A" * 8) else "B" * 8)
+    assert (await browser_of(replica, altered).get("/")).status_code == 303
 
 
 async def test_the_console_logs_no_query_content_or_credential(

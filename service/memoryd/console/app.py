@@ -31,7 +31,7 @@ from starlette.staticfiles import StaticFiles
 from memoryd.console import graph
 from memoryd.console.metrics import MetricsReader
 from memoryd.console.service import Service
-from memoryd.console.sessions import COOKIE, Session, Sessions
+from memoryd.console.sessions import COOKIE, CookieTooLarge, Session, Sessions
 from memoryd.transport import export_stream
 from memoryd.v1 import memory_pb2 as pb
 
@@ -150,10 +150,12 @@ class Console:
         idle_s: float = 900.0,
         metrics_url: str | None = None,
         secure_cookies: bool = False,
-        clock: Callable[[], float] = time.monotonic,
+        session_key: bytes | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.service = service
-        self.sessions = Sessions(idle_s, clock)
+        # Sessions live in their cookies (sessions.py): replicas sharing the key share them.
+        self.sessions = Sessions(session_key, idle_s, clock)
         self.metrics = MetricsReader(metrics_url)
         self.secure_cookies = secure_cookies
         self.env = _templates()
@@ -174,7 +176,7 @@ class Console:
     def _set_cookie(self, response: Response, session: Session, request: Request) -> None:
         response.set_cookie(
             COOKIE,
-            session.id,
+            self.sessions.cookie(session),
             httponly=True,
             samesite="strict",
             secure=self.secure_cookies or request.url.scheme == "https",
@@ -182,7 +184,7 @@ class Console:
         )
 
     def session_of(self, request: Request) -> Session | None:
-        return self.sessions.get(request.cookies.get(COOKIE))
+        return self.sessions.read(request.cookies.get(COOKIE))
 
     async def checked_post(self, request: Request, session: Session) -> dict[str, str]:
         """The form of a POST that passed the CSRF and same-origin checks."""
@@ -229,8 +231,9 @@ class Console:
     def rpc_failed(self, request: Request, session: Session, err: grpc.aio.AioRpcError) -> Response:
         code = err.code()
         if code == grpc.StatusCode.UNAUTHENTICATED:
-            self.sessions.end(session)
-            return RedirectResponse("/signin?expired=1", status_code=303)
+            expired = RedirectResponse("/signin?expired=1", status_code=303)
+            expired.delete_cookie(COOKIE, path="/")
+            return expired
         status = {
             grpc.StatusCode.PERMISSION_DENIED: 403,
             grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -295,7 +298,10 @@ class Console:
                 )
             may_list = False  # an agent credential: it may still look at its own users
         label = f"…{credential[-6:]}" if len(credential) > 12 else "credential"
-        signed = self.sessions.sign_in(session, credential, label, may_list)
+        try:
+            signed = self.sessions.sign_in(credential, label, may_list)
+        except CookieTooLarge as exc:
+            return self.page(request, "signin.html", session, 400, error=str(exc))
         log.info("console sign-in", extra={"may_list": may_list})
         response = RedirectResponse("/", status_code=303)
         self._set_cookie(response, signed, request)
@@ -303,7 +309,7 @@ class Console:
 
     async def signout(self, request: Request, session: Session) -> Response:
         await self.checked_post(request, session)
-        self.sessions.end(session)
+        # The session is its cookie: clearing it signs out.
         response = RedirectResponse("/signin", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response
