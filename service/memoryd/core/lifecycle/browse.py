@@ -1,6 +1,8 @@
 """Browsing for operators (the console): a tenant's users with their usage, and a user's
 memories across tiers, each a page at a time, so that a page costs the same at 1,000 users
-or 10,000 memories.
+or 10,000 memories. Two parts cost more, and are bounded otherwise: the tenant's totals
+(a sum over every user's counters, at most once per TOTALS_TTL_S per tenant and process),
+and a named task's or session's hot items (whole, bounded by their tier's limits).
 
 The user directory (`stores/usage`, beside the counters) is told of every write; a note is
 written at most once per `note_every_s` per user and process, so a busy user costs one
