@@ -279,3 +279,21 @@ async def test_a_named_task_or_session_lists_its_hot_tier_and_the_first_page_nam
         s.stub.ListMemories(pb.ListMemoriesRequest(scope=scope("ana"), tiers=[pb.TIER_SHORT_TERM]))
     )
     assert bad_request_fields(err) == ["tiers[0]"]
+
+
+async def test_a_bound_readers_totals_cover_its_users_only(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.jsonl"
+    keys.touch()
+    s = await start_server(auth={"keys_file": keys})
+    admin = Caller(s.channel, new_key(keys, "acme", "admin"))
+    for user, memories in (("ana", 2), ("bob", 5)):
+        for n in range(memories):
+            await add(admin, user, f"{user} memory number {n}")
+    bound = Caller(s.channel, new_key(keys, "acme", "reader", ("ana",)))
+    mine = await bound.ListUsers(pb.ListUsersRequest())
+    assert [u.user_id for u in mine.users] == ["ana"]
+    assert {t.tier: t.count for t in mine.totals}[LT] == 2
+    everyone = await admin.ListUsers(pb.ListUsersRequest(page_size=1))
+    assert {t.tier: t.count for t in everyone.totals}[LT] == 7
