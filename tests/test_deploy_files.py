@@ -50,7 +50,7 @@ DEPLOY = ROOT / "deploy"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
 INSTALL_SH = DEPLOY / "docker" / "install.sh"
 COMPOSE = DEPLOY / "compose" / "compose.yaml"
-OVERLAYS = ("dev", "prod")
+OVERLAYS = ("dev", "prod", "cluster")
 # Native gRPC probes are GA from 1.27: validate against it and the newest schemas shipped.
 K8S_VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
 PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -924,3 +924,166 @@ def test_kubernetes_runs_the_console_as_a_locked_down_client_of_the_memoryd_serv
     egress = one(docs, "NetworkPolicy", "memoryd-console")["spec"]["egress"]
     allowed_out = {p["port"] for rule in egress for p in rule["ports"]}
     assert {53, grpc_service, metrics} <= allowed_out
+
+
+# --- the Qdrant cluster -------------------------------------------------------------------
+
+COMPOSE_CLUSTER = DEPLOY / "compose" / "compose.qdrant-cluster.yaml"
+P2P_PORT = 6335
+
+
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Compose's merge of `-f base -f over` for what these files use: mappings merge key
+    by key, any other value (a command, a list) is replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+@pytest.fixture(scope="module")
+def compose_cluster(compose: dict[str, Any]) -> dict[str, Any]:
+    return merged(compose, yaml.safe_load(COMPOSE_CLUSTER.read_text()))
+
+
+def qdrant_args(command: list[str]) -> dict[str, str]:
+    """`./entrypoint.sh --flag value ...` (the image's entry point, which runs qdrant with
+    these arguments) as {flag: value}."""
+    assert command[0] == "./entrypoint.sh", command
+    return dict(zip(command[1::2], command[2::2], strict=True))
+
+
+def test_the_compose_cluster_file_is_valid_against_the_compose_specification() -> None:
+    result = run_tool(
+        tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", COMPOSE_CLUSTER
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compose_runs_three_qdrant_nodes_that_form_one_cluster(
+    compose_cluster: dict[str, Any],
+) -> None:
+    services = compose_cluster["services"]
+    nodes = sorted(n for n in services if n.startswith("qdrant"))
+    assert nodes == ["qdrant", "qdrant-1", "qdrant-2"]
+    first = qdrant_args(services["qdrant"]["command"])
+    assert first == {"--uri": f"http://qdrant:{P2P_PORT}"}  # it starts the cluster
+    for name in nodes:
+        node = services[name]
+        assert node["environment"]["QDRANT__CLUSTER__ENABLED"] == "true", name
+        assert node["environment"]["QDRANT__CLUSTER__P2P__PORT"] == str(P2P_PORT), name
+        assert node["image"] == services["qdrant"]["image"], name
+        assert node["healthcheck"]["test"] == services["qdrant"]["healthcheck"]["test"], name
+        if name != "qdrant":
+            args = qdrant_args(node["command"])
+            # Each joins through node 0 and is reached by its own service name.
+            assert args == {"--bootstrap": first["--uri"], "--uri": f"http://{name}:{P2P_PORT}"}
+            assert node["depends_on"] == {"qdrant": {"condition": "service_healthy"}}
+    storage = [v.split(":")[0] for n in nodes for v in services[n]["volumes"]]
+    assert len(set(storage)) == 3 and set(storage) <= set(compose_cluster["volumes"])
+
+
+def test_compose_points_memoryd_at_the_cluster_with_sharding_and_replication(
+    compose_cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memoryd = compose_cluster["services"]["memoryd"]
+    env = memoryd["environment"]
+    check_setting_names(set(env))
+    settings = settings_from(env, monkeypatch)
+    assert settings.vectors.backend == "qdrant"
+    assert settings.vectors.qdrant_url == "http://qdrant:6333"
+    qdrant = settings.qdrant
+    assert qdrant.sharding == "tenant" and qdrant.quantization == "int8"
+    # Every shard on two of the three nodes: one node can go without losing a shard.
+    assert 2 <= qdrant.replication_factor < 3
+    for node in ("redis", "qdrant", "qdrant-1", "qdrant-2"):
+        assert memoryd["depends_on"][node] == {"condition": "service_healthy"}, node
+
+
+@pytest.fixture(scope="module")
+def cluster(rendered: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return rendered["cluster"]
+
+
+def qdrant_statefulset(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(docs, "StatefulSet", "qdrant")
+
+
+def bootstrap_args(script: str, pod: str, tmp_path: Path) -> list[str]:
+    """What the pod's start script runs the image's entry point with, for that pod name:
+    the script runs here with an entry point that prints its arguments."""
+    (tmp_path / "entrypoint.sh").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (tmp_path / "entrypoint.sh").chmod(0o755)
+    result = subprocess.run(
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"], "HOSTNAME": pod},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout.split()
+
+
+def test_kubernetes_runs_a_three_node_qdrant_cluster_that_bootstraps_from_pod_0(
+    cluster: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    statefulset = qdrant_statefulset(cluster)
+    spec = statefulset["spec"]
+    assert spec["replicas"] == 3
+    assert spec.get("podManagementPolicy", "OrderedReady") == "OrderedReady"
+    headless = one(cluster, "Service", spec["serviceName"])["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+    labels = spec["template"]["metadata"]["labels"]
+    assert headless["selector"].items() <= labels.items()
+    (container,) = spec["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["QDRANT__CLUSTER__ENABLED"] == "true"
+    assert env["QDRANT__CLUSTER__P2P__PORT"] == str(P2P_PORT)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["p2p"] == P2P_PORT
+    assert P2P_PORT in {p["port"] for p in headless["ports"]}
+    shell, flag, script = container["command"]
+    assert (shell, flag) == ("bash", "-c")
+    lint = subprocess.run(
+        [tool("shellcheck"), "--shell=bash", "-"], input=script, capture_output=True, text=True
+    )
+    assert lint.returncode == 0, lint.stdout
+    service = spec["serviceName"]
+    assert bootstrap_args(script, "qdrant-0", tmp_path) == [
+        "--uri",
+        f"http://qdrant-0.{service}:{P2P_PORT}",
+    ]
+    for pod in ("qdrant-1", "qdrant-2"):
+        assert bootstrap_args(script, pod, tmp_path) == [
+            "--bootstrap",
+            f"http://qdrant-0.{service}:{P2P_PORT}",
+            "--uri",
+            f"http://{pod}.{service}:{P2P_PORT}",
+        ]
+    # One node per machine, and a drain takes at most one.
+    anti = spec["template"]["spec"]["affinity"]["podAntiAffinity"]
+    (term,) = anti["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    pdb = one(cluster, "PodDisruptionBudget", "qdrant")["spec"]
+    assert pdb["maxUnavailable"] == 1 and pdb["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_kubernetes_points_memoryd_at_the_cluster_with_sharding_and_replication(
+    cluster: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = settings_from(config_env(cluster), monkeypatch)
+    assert settings.vectors.backend == "qdrant" and settings.vectors.qdrant_url is not None
+    host, port = settings.vectors.qdrant_url.split("//")[1].split(":")
+    service = one(cluster, "Service", host)["spec"]
+    pods = qdrant_statefulset(cluster)["spec"]
+    assert service["selector"].items() <= pods["template"]["metadata"]["labels"].items()
+    assert {int(port), 6334} <= {p["port"] for p in service["ports"]}
+    qdrant = settings.qdrant
+    assert qdrant.sharding == "tenant" and qdrant.quantization == "int8"
+    assert qdrant.vectors_on_disk is True
+    assert 2 <= qdrant.replication_factor < pods["replicas"]
+    assert qdrant.write_consistency_factor <= qdrant.replication_factor

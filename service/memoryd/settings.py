@@ -101,6 +101,60 @@ class VectorSettings(_Block):
     collection: str = Field("memories", description="The one collection of every vector tier")
 
 
+class QdrantSettings(_Block):
+    """How memoryd creates its collection on a Qdrant server or cluster (vectors.backend =
+    "qdrant"; docs/scaling.md). Applied when memoryd creates the collection; an existing
+    collection is adopted as it is, except that its sharding method must match."""
+
+    sharding: Literal["auto", "tenant"] = Field(
+        "auto",
+        description="auto: points spread over shard_number shards by id; tenant: custom "
+        "sharding, one shard key per tenant (created on first use), every call that names a "
+        "tenant carries its shard key",
+    )
+    shard_number: int | None = Field(
+        None,
+        ge=1,
+        description="auto: shards of the collection (unset: one per node); tenant: shards per "
+        "tenant's shard key (unset: 1)",
+    )
+    replication_factor: int = Field(
+        1, ge=1, description="Copies of every shard (2: survive a node)"
+    )
+    write_consistency_factor: int = Field(
+        1, ge=1, description="Replicas that must apply a write before it is acknowledged"
+    )
+    hnsw_m: int = Field(0, ge=0, description="HNSW m of the whole collection (0: no global graph)")
+    hnsw_payload_m: int = Field(
+        16, ge=1, description="HNSW m of the per-tenant and per-user graphs (is_tenant fields)"
+    )
+    payload_on_disk: bool = Field(True, description="Payloads on disk, read when a hit is returned")
+    vectors_on_disk: bool = Field(
+        False, description="Original dense vectors on disk (memory-mapped), not in RAM"
+    )
+    quantization: Literal["none", "int8"] = Field(
+        "none", description="int8: scalar-quantized dense vectors kept in RAM (4x smaller)"
+    )
+    quantization_quantile: float = Field(
+        0.99, ge=0.5, le=1.0, description="Quantile of values the int8 range covers"
+    )
+    rescore: bool = Field(
+        True, description="With int8: re-rank the quantized candidates by the original vectors"
+    )
+    oversampling: float = Field(
+        2.0, ge=1.0, description="With int8: candidates fetched per wanted hit before rescoring"
+    )
+
+    @model_validator(mode="after")
+    def _consistency(self) -> QdrantSettings:
+        if self.write_consistency_factor > self.replication_factor:
+            raise ValueError(
+                f"write_consistency_factor ({self.write_consistency_factor}) cannot exceed "
+                f"replication_factor ({self.replication_factor})"
+            )
+        return self
+
+
 class EmbedderSettings(_Block):
     provider: Literal["minilm-onnx", "minilm", "openai"] = Field(
         "minilm-onnx",
@@ -669,6 +723,7 @@ class Settings(BaseSettings):
     short_term: ShortTermSettings = ShortTermSettings()
     limits: LimitSettings = LimitSettings()
     vectors: VectorSettings = VectorSettings()
+    qdrant: QdrantSettings = QdrantSettings()
     embedder: EmbedderSettings = EmbedderSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     long_term: LongTermSettings = LongTermSettings()

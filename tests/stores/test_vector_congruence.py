@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from qdrant_client import models
 
 from memoryd.stores.vectors.port import (
     Condition,
@@ -44,7 +45,7 @@ from memoryd.stores.vectors.port import (
     VectorPoint,
     VectorStore,
 )
-from vector_stores import ADAPTERS, open_store
+from vector_stores import ADAPTERS, SHARDED, ShardedQdrantStore, open_store
 
 REFERENCE = "edge"
 SEEDS = (11, 22, 33)
@@ -411,7 +412,9 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Vec
         store.close()
 
 
-@pytest.mark.parametrize("stores", [k for k in ADAPTERS if k != REFERENCE], indirect=True)
+@pytest.mark.parametrize(
+    "stores", [*(k for k in ADAPTERS if k != REFERENCE), SHARDED], indirect=True
+)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_random_sequence_of_operations_gives_the_same_answers(
     stores: tuple[VectorStore, VectorStore], seed: int
@@ -433,3 +436,24 @@ def test_a_random_sequence_of_operations_gives_the_same_answers(
         except AssertionError as exc:
             raise AssertionError(f"seed {seed}, step {n}: {step.label}\n{exc}") from exc
     assert answered >= STEPS // 3
+    if isinstance(other, ShardedQdrantStore):
+        routed_by_tenant(other)
+
+
+def routed_by_tenant(store: ShardedQdrantStore) -> None:
+    """Sharded by tenant, every write went to its tenant's shard key and every call whose
+    filter names a tenant to that tenant's key (the stand-in cluster refuses anything
+    else); each key was created once, with the replication factor of the settings; every
+    dense search asked for rescoring of the int8 candidates (local mode searches exactly,
+    which is why the answers equal edge's)."""
+    cluster = store.cluster
+    rescored = models.SearchParams(
+        quantization=models.QuantizationSearchParams(rescore=True, oversampling=2.0)
+    )
+    assert cluster.dense_params and all(p == rescored for p in cluster.dense_params)
+    assert cluster.violations == []
+    assert sorted(cluster.key_requests) == sorted(TENANTS)  # each asked for once
+    assert set(cluster.shard_keys) == set(TENANTS)
+    assert all(p["replication_factor"] == 2 for p in cluster.shard_keys.values())
+    named = {call for call, key in cluster.selectors if key is not None}
+    assert "upsert" in named and named & {"query_points", "count", "scroll"}

@@ -1,8 +1,10 @@
 """The vector store contract: every adapter (qdrant-edge, qdrant-client) behaves the same.
 
 Each test runs against every registered adapter: the embedded qdrant-edge shard and
-qdrant-client (local mode, which stands in for a Qdrant server here). Vectors are tiny and
-hand-made so the expected rankings can be worked out on paper.
+qdrant-client (local mode, which stands in for a Qdrant server here). The tests of one
+open store also run on qdrant-client with the cluster layout, sharded by tenant
+(``qdrant-tenant``, tests/vector_stores.py). Vectors are tiny and hand-made so the expected
+rankings can be worked out on paper.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from memoryd.stores.vectors.port import (
     VectorStoreError,
     rrf_contribution,
 )
-from vector_stores import ADAPTERS, open_store
+from vector_stores import ADAPTERS, SHARDED, ShardedQdrantStore, open_store
 
 DIM = 4
 TENANT = "acme"
@@ -102,7 +104,7 @@ def empty_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
     return template
 
 
-@pytest.fixture(params=ADAPTERS)
+@pytest.fixture(params=[*ADAPTERS, SHARDED])
 def store(
     request: pytest.FixtureRequest, tmp_path: Path, empty_data_dir: Callable[[str], Path]
 ) -> Iterator[VectorStore]:
@@ -110,6 +112,8 @@ def store(
     opened = make_store(request.param, tmp_path / "data")
     yield opened
     opened.close()
+    if isinstance(opened, ShardedQdrantStore):  # sharded by tenant: routed as a cluster must
+        assert opened.cluster.violations == []
 
 
 @pytest.fixture(params=ADAPTERS)

@@ -28,7 +28,7 @@ def _edge(settings: Settings, dim: int) -> VectorStore:
 
 
 def _qdrant(settings: Settings, dim: int) -> VectorStore:
-    from memoryd.stores.vectors.qdrant_server_store import QdrantServerVectorStore
+    from memoryd.stores.vectors.qdrant_server_store import ClusterLayout, QdrantServerVectorStore
 
     cfg = settings.vectors
     # qdrant-client reads any `location` but ':memory:' as a URL: a path is local mode.
@@ -41,6 +41,7 @@ def _qdrant(settings: Settings, dim: int) -> VectorStore:
         dim=dim,
         location=cfg.qdrant_location if in_memory else None,
         path=None if in_memory else cfg.qdrant_location,
+        layout=ClusterLayout(**settings.qdrant.model_dump()),
     )
 
 

@@ -3,10 +3,20 @@
 It also runs on qdrant-client's local mode (``location=":memory:"`` or ``path=...``),
 which is how the contract tests exercise it without a server.
 
-* Multitenancy: ``tenant`` and ``user_id`` are keyword indexes with ``is_tenant=True``;
-  the collection is created with HNSW ``m=0`` and ``payload_m=16`` so the server builds
-  per-tenant graphs instead of one global graph (every query filters by tenant + user).
-  The other payload indexes set ``enable_hnsw=False`` so they add no graph links.
+* Multitenancy, as Qdrant's multitenancy guide says: ``tenant`` and ``user_id`` are
+  keyword indexes with ``is_tenant=True``; the collection is created with HNSW ``m=0`` and
+  ``payload_m=16`` so the server builds per-tenant graphs instead of one global graph
+  (every query filters by tenant + user). The other payload indexes set
+  ``enable_hnsw=False`` so they add no graph links.
+* Cluster layout (`ClusterLayout`, from the ``qdrant`` settings; `collection_params` is
+  what a new collection is created with): shard count, replication factor, write
+  consistency factor, payloads and original vectors on disk, scalar int8 quantization kept
+  in RAM with rescoring by the original vectors. ``sharding="tenant"`` creates the
+  collection with custom sharding: each tenant gets its own shard key (created on its
+  first use), every write carries its points' tenant as shard key selector, and every
+  read or delete by filter carries the tenant its filter names. Calls by id (retrieve,
+  delete, set_payload), which name no tenant, go to all shards, as Qdrant does for a call
+  without a selector. Local mode has no shards: it refuses ``sharding="tenant"``.
 * Search uses the Query API (``query_points``); hybrid search sends the dense and sparse
   queries as prefetches fused server-side by (weighted) RRF.
 * Store metadata lives in the collection's own metadata, under the key ``memoryd``.
@@ -26,7 +36,8 @@ import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import grpc
 import httpx
@@ -81,6 +92,75 @@ _UNAVAILABLE_GRPC = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEE
 _UNAVAILABLE_HTTP = (502, 503, 504)
 
 
+@dataclass(frozen=True)
+class ClusterLayout:
+    """How the collection is laid out on a Qdrant server or cluster; the fields and their
+    meaning are those of the ``qdrant`` settings block (`QdrantSettings`)."""
+
+    sharding: Literal["auto", "tenant"] = "auto"
+    shard_number: int | None = None
+    replication_factor: int = 1
+    write_consistency_factor: int = 1
+    hnsw_m: int = 0
+    hnsw_payload_m: int = 16
+    payload_on_disk: bool = True
+    vectors_on_disk: bool = False
+    quantization: Literal["none", "int8"] = "none"
+    quantization_quantile: float = 0.99
+    rescore: bool = True
+    oversampling: float = 2.0
+
+    @property
+    def by_tenant(self) -> bool:
+        return self.sharding == "tenant"
+
+
+def collection_params(layout: ClusterLayout, dim: int) -> dict[str, Any]:
+    """The arguments of ``create_collection`` (besides its name) for `layout`."""
+    quantization = None
+    if layout.quantization == "int8":
+        quantization = models.ScalarQuantization(
+            scalar=models.ScalarQuantizationConfig(
+                type=models.ScalarType.INT8,
+                quantile=layout.quantization_quantile,
+                # `always_ram`, not the newer `memory`: servers from 1.11 (is_tenant) know it.
+                always_ram=True,
+            )
+        )
+    return {
+        "vectors_config": {
+            DENSE_VECTOR: models.VectorParams(
+                size=dim, distance=models.Distance.COSINE, on_disk=layout.vectors_on_disk
+            )
+        },
+        "sparse_vectors_config": {
+            SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)
+        },
+        "hnsw_config": models.HnswConfigDiff(m=layout.hnsw_m, payload_m=layout.hnsw_payload_m),
+        "sharding_method": (
+            models.ShardingMethod.CUSTOM if layout.by_tenant else models.ShardingMethod.AUTO
+        ),
+        # Custom sharding: shards per shard key; automatic: per collection (None: the
+        # server's default, one per node).
+        "shard_number": layout.shard_number or (1 if layout.by_tenant else None),
+        "replication_factor": layout.replication_factor,
+        "write_consistency_factor": layout.write_consistency_factor,
+        "on_disk_payload": layout.payload_on_disk,
+        "quantization_config": quantization,
+    }
+
+
+def search_params(layout: ClusterLayout) -> models.SearchParams | None:
+    """Dense search parameters: rescoring of quantized candidates, or None without int8."""
+    if layout.quantization == "none":
+        return None
+    return models.SearchParams(
+        quantization=models.QuantizationSearchParams(
+            rescore=layout.rescore, oversampling=layout.oversampling
+        )
+    )
+
+
 class QdrantServerVectorStore:
     """One collection in Qdrant reached through qdrant-client. See the module docstring."""
 
@@ -95,8 +175,7 @@ class QdrantServerVectorStore:
         location: str | None = None,
         path: str | None = None,
         timeout: int | None = None,
-        hnsw_m: int = 0,
-        hnsw_payload_m: int = 16,
+        layout: ClusterLayout | None = None,
     ) -> None:
         if dim < 1:
             raise ValueError("dim must be >= 1")
@@ -105,7 +184,11 @@ class QdrantServerVectorStore:
         self._dim = dim
         self._collection = collection
         self._local = url is None
-        self._hnsw = models.HnswConfigDiff(m=hnsw_m, payload_m=hnsw_payload_m)
+        self._layout = layout or ClusterLayout()
+        self._search_params = search_params(self._layout)
+        # Shard keys known to exist (sharding="tenant"); filled from the server on open.
+        self._shard_keys: set[str] = set()
+        self._shard_keys_lock = threading.Lock()
         self._gate = LifecycleGate(f"qdrant vector store {collection!r}")
         self._write_lock = threading.RLock()
         # Moves with every write; only meaningful in local mode (see `generation`).
@@ -115,15 +198,7 @@ class QdrantServerVectorStore:
             self._write_lock if self._local else contextlib.nullcontext()
         )
         try:
-            if self._local:
-                # Worker threads call in; our lock makes the shared SQLite handle safe.
-                self._client = QdrantClient(
-                    location=location, path=path, force_disable_check_same_thread=True
-                )
-            else:
-                self._client = QdrantClient(
-                    url=url, api_key=api_key, prefer_grpc=prefer_grpc, timeout=timeout
-                )
+            self._client = self._connect(url, api_key, prefer_grpc, location, path, timeout)
         except Exception as exc:
             raise _translate(exc, "connect") from exc
         self._ready = False
@@ -137,6 +212,20 @@ class QdrantServerVectorStore:
         except BaseException:
             self._client.close()
             raise
+
+    def _connect(
+        self,
+        url: str | None,
+        api_key: str | None,
+        prefer_grpc: bool,
+        location: str | None,
+        path: str | None,
+        timeout: int | None,
+    ) -> QdrantClient:
+        if url is None:
+            # Worker threads call in; our lock makes the shared SQLite handle safe.
+            return QdrantClient(location=location, path=path, force_disable_check_same_thread=True)
+        return QdrantClient(url=url, api_key=api_key, prefer_grpc=prefer_grpc, timeout=timeout)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -155,6 +244,8 @@ class QdrantServerVectorStore:
                 self._create_collection()
             info = self._client.get_collection(name)
             self._check_compatible(info)
+            if self._layout.by_tenant:
+                self._list_shard_keys()
             existing = set(info.payload_schema)
             with warnings.catch_warnings():
                 # Local mode warns that payload indexes have no effect there; we know.
@@ -172,16 +263,7 @@ class QdrantServerVectorStore:
     def _create_collection(self) -> None:
         try:
             self._client.create_collection(
-                self._collection,
-                vectors_config={
-                    DENSE_VECTOR: models.VectorParams(
-                        size=self._dim, distance=models.Distance.COSINE
-                    )
-                },
-                sparse_vectors_config={
-                    SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)
-                },
-                hnsw_config=self._hnsw,
+                self._collection, **collection_params(self._layout, self._dim)
             )
         except UnexpectedResponse as exc:
             if exc.status_code != 409:  # 409: another replica created it first
@@ -204,6 +286,55 @@ class QdrantServerVectorStore:
             raise IncompatibleStoreError(
                 f"collection {self._collection!r} lacks sparse vector {SPARSE_VECTOR!r} with IDF"
             )
+        # Calls with a shard key fail on an automatically sharded collection, and writes
+        # without one fail on a custom sharded one: the method must match the setting.
+        method = params.sharding_method or models.ShardingMethod.AUTO
+        wanted = (
+            models.ShardingMethod.CUSTOM if self._layout.by_tenant else models.ShardingMethod.AUTO
+        )
+        if method != wanted:
+            # Not IncompatibleStoreError: the vectors are fine, re-embedding would not help.
+            raise VectorStoreError(
+                f"collection {self._collection!r} is sharded {method.value}, but "
+                f"qdrant.sharding = {self._layout.sharding!r} needs "
+                f"{wanted.value} sharding" + (" (local mode has no shards)" if self._local else "")
+            )
+
+    # ------------------------------------------------------------------ shard keys
+
+    def _shard_key(self, tenant: str) -> str:
+        """The tenant's shard key, created on its first use (sharding="tenant")."""
+        if tenant in self._shard_keys:
+            return tenant
+        with self._shard_keys_lock:
+            if tenant not in self._shard_keys:
+                try:
+                    self._client.create_shard_key(
+                        self._collection,
+                        tenant,
+                        shards_number=self._layout.shard_number,
+                        replication_factor=self._layout.replication_factor,
+                    )
+                except (UnexpectedResponse, grpc.RpcError):
+                    # Another replica may have created it since we listed the keys: the
+                    # server's list decides, not the wording of its error.
+                    self._list_shard_keys()
+                    if tenant not in self._shard_keys:
+                        raise
+                self._shard_keys.add(tenant)
+        return tenant
+
+    def _list_shard_keys(self) -> None:
+        listed = self._client.list_shard_keys(self._collection).shard_keys or []
+        self._shard_keys.update(str(k.key) for k in listed)
+
+    def _selector(self, filter: Filter | None) -> str | None:
+        """The shard key of the tenant `filter` names (sharding="tenant"), else None: a
+        call without a selector goes to every shard."""
+        if not self._layout.by_tenant or filter is None:
+            return None
+        tenant = _tenant_of(filter)
+        return None if tenant is None else self._shard_key(tenant)
 
     @property
     def dim(self) -> int:
@@ -269,9 +400,25 @@ class QdrantServerVectorStore:
         checked = check_points(points, self._dim)
         if not checked:
             return
-        structs = [_point_struct(p) for p in checked]
+        if not self._layout.by_tenant:
+            structs = [_point_struct(p) for p in checked]
+            with self._write("upsert"):
+                self._client.upsert(self._collection, points=structs, wait=True)
+            return
+        by_tenant: dict[str, list[models.PointStruct]] = {}
+        for point in checked:
+            tenant = point.payload.get("tenant")
+            if not isinstance(tenant, str) or not tenant:
+                raise ValueError(f"point {point.id}: sharding by tenant needs a payload tenant")
+            by_tenant.setdefault(tenant, []).append(_point_struct(point))
         with self._write("upsert"):
-            self._client.upsert(self._collection, points=structs, wait=True)
+            for tenant, structs in by_tenant.items():
+                self._client.upsert(
+                    self._collection,
+                    points=structs,
+                    wait=True,
+                    shard_key_selector=self._shard_key(tenant),
+                )
 
     def delete(self, ids: Sequence[str]) -> None:
         wanted: list[models.ExtendedPointId] = list(unique_ids(ids))
@@ -287,14 +434,18 @@ class QdrantServerVectorStore:
             raise ValueError("delete_where needs a non-empty filter")
         qfilter = _group(filter)
         with self._write("delete_where"):
+            shard = self._selector(filter)
             # Exact within this process (the lock); other writers to the same server could
             # race between count and delete, which Qdrant offers no way to prevent.
-            matched = self._client.count(self._collection, count_filter=qfilter, exact=True).count
+            matched = self._client.count(
+                self._collection, count_filter=qfilter, exact=True, shard_key_selector=shard
+            ).count
             if matched:
                 self._client.delete(
                     self._collection,
                     points_selector=models.FilterSelector(filter=qfilter),
                     wait=True,
+                    shard_key_selector=shard,
                 )
             return matched
 
@@ -329,13 +480,19 @@ class QdrantServerVectorStore:
 
     def count(self, filter: Filter | None = None) -> int:
         with self._read("count"):
-            result = self._client.count(self._collection, count_filter=_filter(filter), exact=True)
+            result = self._client.count(
+                self._collection,
+                count_filter=_filter(filter),
+                exact=True,
+                shard_key_selector=self._selector(filter),
+            )
         return result.count
 
     def count_each(self, filter: Filter, field: str, values: Sequence[int]) -> list[int]:
         base = _filter(filter)
         out = []
         with self._read("count"):
+            shard = self._selector(filter)
             for value in values:
                 must: list[models.Condition] = [
                     models.FieldCondition(key=field, match=models.MatchValue(value=int(value)))
@@ -343,7 +500,10 @@ class QdrantServerVectorStore:
                 if base is not None:
                     must.insert(0, base)
                 result = self._client.count(
-                    self._collection, count_filter=models.Filter(must=must), exact=True
+                    self._collection,
+                    count_filter=models.Filter(must=must),
+                    exact=True,
+                    shard_key_selector=shard,
                 )
                 out.append(result.count)
         return out
@@ -369,6 +529,7 @@ class QdrantServerVectorStore:
                     offset=start,
                     with_payload=True,
                     with_vectors=vector_names(with_vectors),
+                    shard_key_selector=self._selector(filter),
                 )
             points = [_stored_point(r, with_vectors) for r in records]
             return points, (None if next_id is None else canonical_id(str(next_id)))
@@ -388,6 +549,7 @@ class QdrantServerVectorStore:
                 ),
                 with_payload=True,
                 with_vectors=vector_names(with_vectors),
+                shard_key_selector=self._selector(filter),
             )
         return ordered_page(
             records,
@@ -418,7 +580,8 @@ class QdrantServerVectorStore:
         with_vector: list[str] | bool = [DENSE_VECTOR] if with_vectors else False
         qfilter = _filter(filter)
 
-        with self._read("search"):
+        with self._read("search"), self._quiet_local_params():
+            shard = self._selector(filter)
             if dense_query is not None and sparse is not None:
                 rrf = fusion or RrfParams()
                 per_source = rrf.prefetch_limit_for(limit)
@@ -426,7 +589,12 @@ class QdrantServerVectorStore:
                 response = self._client.query_points(
                     self._collection,
                     prefetch=[
-                        models.Prefetch(query=dense_query, using=DENSE_VECTOR, limit=per_source),
+                        models.Prefetch(
+                            query=dense_query,
+                            using=DENSE_VECTOR,
+                            limit=per_source,
+                            params=self._search_params,
+                        ),
                         models.Prefetch(
                             query=_sparse(sparse), using=SPARSE_VECTOR, limit=per_source
                         ),
@@ -444,16 +612,19 @@ class QdrantServerVectorStore:
                     limit=limit,
                     with_payload=True,
                     with_vectors=with_vector,
+                    shard_key_selector=shard,
                 )
             elif dense_query is not None:
                 response = self._client.query_points(
                     self._collection,
                     query=dense_query,
                     using=DENSE_VECTOR,
+                    search_params=self._search_params,
                     query_filter=qfilter,
                     limit=limit,
                     with_payload=True,
                     with_vectors=with_vector,
+                    shard_key_selector=shard,
                 )
             else:
                 assert sparse is not None  # narrowed above
@@ -465,8 +636,20 @@ class QdrantServerVectorStore:
                     limit=limit,
                     with_payload=True,
                     with_vectors=with_vector,
+                    shard_key_selector=shard,
                 )
         return [_scored_point(h, with_vectors) for h in response.points]
+
+    @contextmanager
+    def _quiet_local_params(self) -> Iterator[None]:
+        """Local mode searches exactly and warns that search parameters (rescoring) have no
+        effect there; we know. Its calls are serialised by our lock."""
+        if not (self._local and self._search_params is not None):
+            yield
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            yield
 
     # ------------------------------------------------------------------ metadata
 
@@ -480,6 +663,18 @@ class QdrantServerVectorStore:
         # Collection metadata merges top-level keys, so replacing META_KEY replaces it whole.
         with self._write("write_meta"):
             self._client.update_collection(self._collection, metadata={META_KEY: dict(meta)})
+
+
+def _tenant_of(filter: Filter) -> str | None:
+    """The tenant every match of `filter` has (a `tenant` equality it must meet), if any."""
+    for condition in filter.must:
+        if isinstance(condition, MatchValue) and condition.field == "tenant":
+            return condition.value if isinstance(condition.value, str) else None
+        if isinstance(condition, Filter):
+            found = _tenant_of(condition)
+            if found is not None:
+                return found
+    return None
 
 
 # ---------------------------------------------------------------------- conversions
