@@ -3,11 +3,11 @@
 `memoryd serve` opens its stores before it can build the real server (every service
 needs them). Meanwhile a small server holds the port and answers only health: readiness
 (`""` and the MemoryService name) NOT_SERVING, liveness SERVING, so an orchestrator sees a
-live replica that is not ready yet instead of a refused connection, and it logs how long
-the opening has taken so far. It runs in a process of its own: the embedded engine holds
-the GIL while it loads a store (measured at 1M memories: an in-process health server
-answered nothing for 9 s, ADR 0600). It stops just before the real server binds the same
-port.
+live replica that is not ready yet instead of a refused connection; every
+`PROGRESS_EVERY_S` it logs how long the opening has taken so far (a quicker start logs
+nothing). It runs in a process of its own: the embedded engine holds the GIL while it
+loads a store (measured at 1M memories: an in-process health server answered nothing for
+9 s, ADR 0600). It stops just before the real server binds the same port.
 """
 
 from __future__ import annotations
@@ -92,11 +92,16 @@ def _serve_health(settings: Settings, what: str, every_s: float, conn: Connectio
         return
     server.start()
     conn.send(("port", port))
-    log.info("starting: opening %s; health answers NOT_SERVING on port %d", what, port)
     started = time.monotonic()
-    # Until the parent sends "stop" or its end of the pipe closes (it died).
+    # Until the parent sends "stop" or its end of the pipe closes (it died). Nothing is
+    # logged by a quick start (a refused one stays one line).
     while not conn.poll(every_s):
-        log.info("starting: still opening %s (%.0f s so far)", what, time.monotonic() - started)
+        log.info(
+            "starting: still opening %s (%.0f s so far); health answers NOT_SERVING on port %d",
+            what,
+            time.monotonic() - started,
+            port,
+        )
     server.stop(0).wait()
     conn.send(("stopped", port))
 
