@@ -20,7 +20,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from memoryd.settings import Settings
-from memoryd.transport.metrics import reference as metrics_reference
+from memoryd.telemetry.metrics import reference as metrics_reference
 from memoryd.transport.status_map import reference_markdown as errors_reference
 from memoryd.v1 import memory_pb2
 

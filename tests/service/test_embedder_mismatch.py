@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ServerFactory
-from memoryd.app import StartupRefused, build_app, build_embedder
+from memoryd.app import build_app, build_embedder
 from memoryd.cli.reindex import reindex
+from memoryd.core.startup import StartupRefused
 from memoryd.settings import Settings
 from memoryd.v1 import memory_pb2 as pb
 from openai_stub import OpenAIStub, start_openai_stub

@@ -19,7 +19,8 @@ import redis.asyncio as aioredis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from conftest import RunningServer, ServerFactory
-from memoryd.app import StartupRefused, build_app
+from memoryd.app import build_app
+from memoryd.core.startup import StartupRefused
 from memoryd.settings import Settings
 from memoryd.stores.hot.port import HotStoreDown, SessionKey, SessionMessage
 from memoryd.stores.hot.redis_store import RedisHotStore

@@ -23,11 +23,11 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from clock import MovableClock
 from conftest import RunningServer, ServerFactory
 from grants import Caller, bearer, error_info, new_key
-from memoryd.app import StartupRefused
 from memoryd.cli.backup import backup
 from memoryd.cli.client_commands import run_client_command
 from memoryd.cli.main import _parser as main_parser
 from memoryd.cli.main import main
+from memoryd.core.startup import StartupRefused
 from memoryd.settings import Settings
 from memoryd.stores.keys.file import KeysFile
 from memoryd.transport.identity import check_exposure

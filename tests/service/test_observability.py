@@ -20,7 +20,7 @@ from conftest import RunningServer, ServerFactory
 from memoryd.core.observe import text_sha256
 from memoryd.settings import MetricsSettings
 from memoryd.transport.logs import LogFormat, configure_logging
-from memoryd.transport.metrics import ALLOWED_LABELS, LATENCY_BUCKETS
+from memoryd.telemetry.metrics import ALLOWED_LABELS, LATENCY_BUCKETS
 from memoryd.v1 import memory_pb2 as pb
 from redis_server import RedisServer
 from rpc import rpc_error, scope

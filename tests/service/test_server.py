@@ -15,7 +15,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from conftest import RunningServer, ServerFactory
-from memoryd.app import StartupRefused, build_app
+from memoryd.app import build_app
+from memoryd.core.startup import StartupRefused
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.port import Embedder
 from memoryd.transport.health import LIVENESS_NAME

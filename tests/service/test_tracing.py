@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 
 from conftest import RunningServer, ServerFactory
 from memoryd.settings import Settings, TracingSettings
-from memoryd.transport.telemetry import Telemetry
+from memoryd.telemetry import Telemetry
 from memoryd.v1 import memory_pb2 as pb
 from rpc import scope
 

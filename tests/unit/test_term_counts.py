@@ -32,7 +32,7 @@ from memoryd.core.models import (
 )
 from memoryd.settings import Settings
 from memoryd.stores.vectors.port import Filter, MatchValue
-from memoryd.transport.telemetry import Telemetry
+from memoryd.telemetry import Telemetry
 from unit.unit_kit import HashEmbedder
 
 USER = Scope(tenant="t1", user_id="ana")

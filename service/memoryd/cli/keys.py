@@ -18,7 +18,8 @@ from memoryd.core.models import AccessRole
 from memoryd.settings import DEFAULT_PROFILE, Settings
 from memoryd.stores.audit.jsonl_log import JsonlAuditLog
 from memoryd.stores.audit.port import AuditLogError
-from memoryd.stores.keys.file import KeyRecord, KeysFile, KeysFileError
+from memoryd.stores.keys.file import KeysFile
+from memoryd.stores.keys.port import KeyRecord, KeysFileError
 
 
 def add_keys_command(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
