@@ -400,7 +400,7 @@ async def _build_app(
     async def copy_message(scope: Scope, message: MemoryRecord) -> None:
         await copier.enqueue(scope, message)
 
-    quotas = QuotaProfiles(settings.quotas, settings.long_term)
+    quotas = QuotaProfiles.of(settings)
     buckets = build_buckets(settings)
     counters = StorageGauge(
         usage_adapters.ADAPTERS[usage_adapters.adapter_name(settings)](settings),

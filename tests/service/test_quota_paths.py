@@ -253,3 +253,29 @@ async def test_structured_and_episodic_imports_meet_their_quotas(
     assert (await small.stub.Import(stream(user_id, fits))).imported_count == 3
     err = await rpc_error(small.stub.Import(stream(user_id, [episode("a", 2)])))
     assert quota_failure(err).violations[0].subject == f"episodic:{user_id}/a"
+
+
+async def test_a_users_quota_profile_sets_their_structured_and_episodic_limits(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    """The plan a user is on sets every per-user limit: here one document and one episode
+    per agent, where the tier blocks' defaults would allow thousands."""
+    s = await start_server(
+        quotas={
+            "profiles": {
+                "tiny": {"structured_max_documents": 1, "episodic_max_episodes_per_agent": 1}
+            },
+            "default_profile": "tiny",
+        }
+    )
+    me = scope(user_id)
+    await s.stub.Add(pb.AddRequest(scope=me, tier=SD, document_json='{"n": 1}'))
+    err = await rpc_error(s.stub.Add(pb.AddRequest(scope=me, tier=SD, document_json='{"n": 2}')))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "max: 1 " in (err.details() or "")
+    episode = pb.Episode(task="book a flight", steps=[pb.EpisodeStep(action="search")])
+    agent = scope(user_id, agent_id="planner")
+    await s.stub.Add(pb.AddRequest(scope=agent, tier=EP, episode=episode))
+    err = await rpc_error(s.stub.Add(pb.AddRequest(scope=agent, tier=EP, episode=episode)))
+    assert quota_failure(err).violations[0].subject == f"episodic:{user_id}/planner"
+    usage = await s.stub.Usage(pb.UsageRequest(scope=agent))
+    assert {u.tier: u.max_count for u in usage.tiers if u.tier in (SD, EP)} == {SD: 1, EP: 1}

@@ -142,6 +142,7 @@ def _episodic(d: TierDeps) -> TierHandler:
         s.limits.max_content_bytes,
         s.long_term.compress_over_bytes,
         counters=d.counters,
+        quotas=d.quotas,
     )
 
 
@@ -155,6 +156,7 @@ def _structured(d: TierDeps) -> TierHandler:
         s.limits.max_content_bytes,
         s.long_term.compress_over_bytes,
         counters=d.counters,
+        quotas=d.quotas,
     )
 
 
