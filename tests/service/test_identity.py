@@ -329,7 +329,6 @@ async def test_erasing_a_user_in_one_tenant_leaves_that_user_id_in_another_whole
         await caller.Add(add(scope("u1", agent_id="a", task_id="t"), "w", tier=WK, key="k"))
         await caller.Add(add(scope("u1", session_id="s"), f"{name} said hi", tier=ST))
     await s.app.copier.drain()
-    assert s.app.memory is not None and s.app.backups is not None
     await backup(s.app.engine, s.app.memory, s.app.backups, clock(), 30)
 
     async def everything(caller: Caller) -> list[str]:

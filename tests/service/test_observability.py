@@ -19,8 +19,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from conftest import RunningServer, ServerFactory
 from memoryd.core.observe import text_sha256
 from memoryd.settings import MetricsSettings
-from memoryd.transport.logs import LogFormat, configure_logging
 from memoryd.telemetry.metrics import ALLOWED_LABELS, LATENCY_BUCKETS
+from memoryd.transport.logs import LogFormat, configure_logging
 from memoryd.v1 import memory_pb2 as pb
 from redis_server import RedisServer
 from rpc import rpc_error, scope

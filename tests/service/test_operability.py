@@ -45,7 +45,6 @@ async def test_a_backup_goes_on_past_a_user_it_cannot_back_up(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     s = await start_server()
-    assert s.app.memory is not None and s.app.backups is not None
     # Users are backed up in name order: the broken one comes first.
     broken, fine, also_fine = "user-a-broken", "user-b-fine", "user-c-fine"
     corrupt_memory(s.app.vectors, broken)

@@ -73,7 +73,6 @@ async def test_each_served_tier_fills_the_part_the_registry_gives_it(
     make_app: AppFactory, tmp_path: Path, clock: MovableClock
 ) -> None:
     app: App = await make_app()
-    assert app.memory is not None
     settings = Settings(data_dir=tmp_path / "tiers")
     deps = TierDeps(
         settings=settings,

@@ -74,7 +74,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _backups_of(app: App) -> tuple[VectorMemory, BackupStore]:
-    assert app.memory is not None and app.backups is not None
     return app.memory, app.backups
 
 
