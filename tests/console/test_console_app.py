@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from console_stack import Stack, csrf_of, signed_in, stack, web
 from memoryd.console.app import CSP
 from memoryd.console.sessions import COOKIE
+from tests.support.console_stack import Stack, csrf_of, signed_in, stack, web
 
 __all__ = ["stack"]  # the fixture, imported for the tests below
 

@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from console_stack import Stack, _Server, free_port, served, stack
+from tests.support.console_stack import Stack, _Server, free_port, served, stack
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(

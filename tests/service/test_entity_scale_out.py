@@ -18,10 +18,7 @@ from typing import Any
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from test_entity_tier import entity, relate, small_quota
-from test_export_import import export, stream
 
-from conftest import RunningServer, ServerFactory
 from memoryd.core.errors import QuotaExceeded
 from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.models import Entity, Relation, Scope
@@ -31,10 +28,13 @@ from memoryd.stores import locks, usage
 from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
 from memoryd.stores.usage.port import CounterKey
 from memoryd.v1 import memory_pb2 as pb
-from openai_stub import start_openai_stub
-from redis_cluster import RedisCluster
-from redis_server import RedisServer
-from rpc import rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.service.test_entity_tier import entity, relate, small_quota
+from tests.service.test_export_import import export, stream
+from tests.support.openai_stub import start_openai_stub
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import rpc_error, scope
 
 E = pb.TIER_ENTITY
 

@@ -18,13 +18,13 @@ import pytest
 import redis.asyncio as aioredis
 from google.protobuf import json_format
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
 from memoryd.cli.backup import BackupCorrupt, backup, restore
 from memoryd.cli.main import main
 from memoryd.v1 import memory_pb2 as pb
-from redis_server import RedisServer
-from rpc import scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import scope
 
 WK, ST, LT, PE = pb.TIER_WORKING, pb.TIER_SHORT_TERM, pb.TIER_LONG_TERM, pb.TIER_PERSONA
 EP, SD, EN = pb.TIER_EPISODIC, pb.TIER_STRUCTURED, pb.TIER_ENTITY

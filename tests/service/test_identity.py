@@ -20,9 +20,6 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
-from grants import Caller, bearer, error_info, new_key
 from memoryd.cli.backup import backup
 from memoryd.cli.client_commands import run_client_command
 from memoryd.cli.main import _parser as main_parser
@@ -32,8 +29,11 @@ from memoryd.settings import Settings
 from memoryd.stores.keys.file import KeysFile
 from memoryd.transport.identity import check_exposure
 from memoryd.v1 import memory_pb2 as pb
-from redis_server import free_port
-from rpc import rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.grants import Caller, bearer, error_info, new_key
+from tests.support.redis_server import free_port
+from tests.support.rpc import rpc_error, scope
 
 LT, PE, WK, ST = pb.TIER_LONG_TERM, pb.TIER_PERSONA, pb.TIER_WORKING, pb.TIER_SHORT_TERM
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ServerFactory
-from grants import new_key
 from memoryd.cli.backup import backup
 from memoryd.cli.main import main
 from memoryd.core.memory.payload import content_hash, to_payload
 from memoryd.core.models import Kind, MemoryRecord, Scope, Tier
 from memoryd.stores.vectors.port import VectorPoint
 from memoryd.v1 import memory_pb2 as pb
-from rpc import scope
+from tests.conftest import ServerFactory
+from tests.support.grants import new_key
+from tests.support.rpc import scope
 
 SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"
 

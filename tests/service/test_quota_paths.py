@@ -12,12 +12,12 @@ from typing import Any
 import grpc
 import pytest
 
-from conftest import RunningServer, ServerFactory
 from memoryd.core.models import MemoryRecord, Role, Scope, Tier
 from memoryd.core.ratelimit_log import EveryFewSeconds
 from memoryd.core.tiers import long_term as long_term_tier
 from memoryd.v1 import memory_pb2 as pb
-from rpc import quota_failure, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.rpc import quota_failure, rpc_error, scope
 
 ST, LT, EP, SD = pb.TIER_SHORT_TERM, pb.TIER_LONG_TERM, pb.TIER_EPISODIC, pb.TIER_STRUCTURED
 LIMIT = 3

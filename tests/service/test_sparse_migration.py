@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ServerFactory
 from memoryd.app import build_app
 from memoryd.cli.reindex import reindex
 from memoryd.core.memory.payload import embed_text_of
@@ -19,7 +18,8 @@ from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.vectors.edge_store import EdgeVectorStore
 from memoryd.stores.vectors.port import TERMS_FIELD, SparseVector, VectorPoint
 from memoryd.v1 import memory_pb2 as pb
-from rpc import scope
+from tests.conftest import ServerFactory
+from tests.support.rpc import scope
 
 LT = pb.TIER_LONG_TERM
 MEMORIES = ["User enjoys skiing", "User avoids advanced slopes", "User drinks green tea"]

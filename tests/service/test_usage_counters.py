@@ -19,15 +19,15 @@ import pytest
 import redis.asyncio as aioredis
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
 from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
 from memoryd.stores.usage.port import CounterKey
 from memoryd.v1 import memory_pb2 as pb
-from openai_stub import start_openai_stub
-from redis_cluster import RedisCluster
-from redis_server import RedisServer
-from rpc import quota_failure, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.openai_stub import start_openai_stub
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import quota_failure, rpc_error, scope
 
 LT, ST = pb.TIER_LONG_TERM, pb.TIER_SHORT_TERM
 EP, SD = pb.TIER_EPISODIC, pb.TIER_STRUCTURED

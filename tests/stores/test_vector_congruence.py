@@ -44,7 +44,7 @@ from memoryd.stores.vectors.port import (
     VectorPoint,
     VectorStore,
 )
-from vector_stores import ADAPTERS, open_store
+from tests.support.vector_stores import ADAPTERS, open_store
 
 REFERENCE = "edge"
 SEEDS = (11, 22, 33)

@@ -42,7 +42,7 @@ from memoryd.stores.vectors.port import (
     VectorStoreError,
     rrf_contribution,
 )
-from vector_stores import ADAPTERS, open_store
+from tests.support.vector_stores import ADAPTERS, open_store
 
 DIM = 4
 TENANT = "acme"

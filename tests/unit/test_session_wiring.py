@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from clock import MovableClock
 from memoryd.app import App
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.quotas import QuotaProfiles
@@ -21,7 +20,8 @@ from memoryd.stores.archive.jsonl_store import JsonlArchiveStore
 from memoryd.stores.hot.memory_store import InProcessHotStore
 from memoryd.stores.locks.memory_locks import InProcessLocks
 from memoryd.stores.usage.memory_counters import InProcessCounters
-from unit.unit_kit import AppFactory
+from tests.support.clock import MovableClock
+from tests.unit.unit_kit import AppFactory
 
 _REQUIRED = (SessionPart.MESSAGES, SessionPart.FACTS)
 _PROTOCOL = {

@@ -15,11 +15,11 @@ import httpx
 import pytest
 import uvicorn
 
-from conftest import RunningServer, ServerFactory
-from grants import Caller, new_key
 from memoryd.console.app import Console, create_app
 from memoryd.console.service import Service
 from memoryd.v1 import memory_pb2 as pb
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.grants import Caller, new_key
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
