@@ -11,7 +11,7 @@ run: install
 	$(VENV)/bin/memoryd serve
 
 # Test files are spread over every core (each worker loads the model and starts its own
-# Redis); `make test-unit` is the fast layer alone (no server, Redis or model).
+# Redis); `make test-unit` is the fast layer alone (no server, Redis or model; about 20 s).
 test: install redis chromium
 	$(PY) -m pytest -n auto --dist loadfile
 
@@ -77,8 +77,10 @@ chromium:
 console-shots: install chromium
 	PYTHONPATH=service:. $(PY) scripts/console_shots.py docs/console
 
+# The Python stubs and the Python client's enums (derived from them), then the references.
 gen: install
 	PYTHON=$(PY) bash scripts/gen_stubs.sh
+	PYTHON=$(PY) bash scripts/gen_clients.sh python
 	PYTHONPATH=service $(PY) scripts/gen_docs.py
 
 # What the TypeScript and Go clients need (Node comes with the machine): the npm packages
@@ -104,10 +106,13 @@ test-clients: install clients-deps
 docs: install
 	PYTHONPATH=service $(PY) scripts/gen_docs.py
 
+# vulture: dead code ([tool.vulture] in pyproject.toml; what frameworks call is listed in
+# scripts/vulture_whitelist.py, each entry with its reason).
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/vulture
 	$(VENV)/bin/buf lint
 
 format: install

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Generate the TypeScript and Go clients' code from proto/ with buf and local plugins
-# (nothing is downloaded): protoc-gen-es from clients/typescript/node_modules (npm ci), and
-# Debian's protoc-gen-go / protoc-gen-go-grpc. The error details (google/rpc/*.proto) come
-# from the googleapis-common-protos Python package.
-#   gen_clients.sh [typescript|go|all] [OUT_ROOT]
+# Generate the clients' code from proto/: the Python client's enum classes from the
+# generated stubs' descriptors (scripts/gen_client_enums.py; the stubs themselves come from
+# gen_stubs.sh), and the TypeScript and Go code with buf and local plugins (nothing is
+# downloaded): protoc-gen-es from clients/typescript/node_modules (npm ci), and Debian's
+# protoc-gen-go / protoc-gen-go-grpc. The error details (google/rpc/*.proto) come from the
+# googleapis-common-protos Python package.
+#   gen_clients.sh [python|typescript|go|all] [OUT_ROOT]
 # OUT_ROOT (default: the repository) lets the staleness tests generate into a temp dir.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -12,6 +14,13 @@ out="$(cd "${2:-$here}" && pwd)"
 cd "$here"
 py="${PYTHON:-.venv/bin/python}"
 buf="${BUF:-$(dirname "$py")/buf}"
+
+if [[ "$which" == python || "$which" == all ]]; then
+  mkdir -p "$out/clients/python/memoryd_client"
+  "$py" scripts/gen_client_enums.py "$out/clients/python/memoryd_client/_enums.py"
+  [[ "$which" == python ]] && exit 0
+fi
+
 rpc_protos="$("$py" -c 'import os, google.rpc.status_pb2 as m; print(os.path.dirname(m.__file__))')"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

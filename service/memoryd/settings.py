@@ -231,6 +231,12 @@ class RetrievalSettings(_Block):
         5, ge=0, le=20, description="Largest context_window accepted by Retrieve/RenderContext"
     )
     default_token_budget: int = Field(1000, ge=1, description="cl100k tokens, when unasked")
+    render_token_budget: int = Field(
+        1500,
+        ge=1,
+        description="RenderContext's token_budget when unasked: with no top_k it renders as "
+        "many relevant memories as fit",
+    )
     max_token_budget: int = Field(16_000, ge=1, description="Largest token_budget accepted")
 
 

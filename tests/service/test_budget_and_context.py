@@ -99,3 +99,37 @@ async def test_nothing_relevant_renders_an_empty_string(
         pb.RenderContextRequest(scope=scope(user_id), query="anything at all")
     )
     assert reply.context == "" and reply.token_count == 0 and reply.item_count == 0
+
+
+async def test_render_context_without_top_k_fills_its_budget_in_rank_order(
+    memoryd: RunningServer, user_id: str, counter: TokenCounter
+) -> None:
+    # Thirty relevant notes: more than a Retrieve's default top_k (10). With no top_k the
+    # block holds as many as its budget fits, best first; the budget cuts the least
+    # relevant, so a smaller budget renders a prefix of a larger one.
+    for n in range(30):
+        note = f"Tea tasting note {n}: the oolong from batch {n} was smooth and floral"
+        await memoryd.stub.Add(pb.AddRequest(scope=scope(user_id), tier=LT, content=note))
+    ask = pb.RenderContextRequest(scope=scope(user_id), tiers=[LT], query="oolong tea tasting")
+    full = await memoryd.stub.RenderContext(ask)
+    assert full.item_count == 30 and not full.truncated
+    assert full.token_count == counter.count(full.context) <= 1500  # RenderContext's default
+    ask.token_budget = 700
+    cut = await memoryd.stub.RenderContext(ask)
+    assert 10 < cut.item_count < 30 and cut.truncated
+    assert cut.token_count <= 700
+    items = [line for line in full.context.splitlines() if line.startswith("<item")]
+    kept = [line for line in cut.context.splitlines() if line.startswith("<item")]
+    assert kept[:-1] == items[: len(kept) - 1]  # the last one may be cut short
+
+
+async def test_render_context_with_top_k_renders_at_most_that_many(
+    memoryd: RunningServer, user_id: str
+) -> None:
+    for n in range(12):
+        note = f"Tea tasting note {n}: the oolong from batch {n} was smooth and floral"
+        await memoryd.stub.Add(pb.AddRequest(scope=scope(user_id), tier=LT, content=note))
+    reply = await memoryd.stub.RenderContext(
+        pb.RenderContextRequest(scope=scope(user_id), tiers=[LT], query="oolong tea", top_k=4)
+    )
+    assert reply.item_count == 4

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import hashlib
 import json
 import uuid
 from datetime import UTC, datetime
@@ -16,7 +15,6 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from google.protobuf import json_format
 
 from memoryd.cli.backup import BackupCorrupt, backup, restore
 from memoryd.cli.main import main
@@ -343,25 +341,6 @@ async def backed_up_then_pruned(
     return path, before
 
 
-async def test_a_backup_written_with_the_legacy_checksum_still_restores(
-    start_server: ServerFactory, clock: MovableClock, user_id: str, tmp_path: Path
-) -> None:
-    s = await start_server(clock=clock)
-    path, before = await backed_up_then_pruned(s, clock, user_id, tmp_path)
-    lines = backup_lines(path)
-    # As older versions wrote it: no checksum_format, sha256 over Python's deterministic
-    # protobuf serialization of the items.
-    items = [json_format.ParseDict(x["item"], pb.MemoryItem()) for x in lines[2:-1]]
-    legacy = hashlib.sha256(b"".join(i.SerializeToString(deterministic=True) for i in items))
-    lines[-1]["trailer"] = {"itemCount": "2", "checksumSha256": legacy.hexdigest()}
-    rewrite_backup(path, lines)
-
-    restored = await restore(s.app.engine, s.app.backups, user_id=user_id)
-
-    assert (restored.imported, restored.skipped) == (2, 0)
-    assert {i.id: i for i in await everything(s, user_id)} == before
-
-
 async def test_a_damaged_backup_is_refused_and_nothing_is_restored(
     start_server: ServerFactory, clock: MovableClock, user_id: str, tmp_path: Path
 ) -> None:
@@ -370,7 +349,6 @@ async def test_a_damaged_backup_is_refused_and_nothing_is_restored(
     lines = backup_lines(path)
     lines[2]["item"]["content"] = "User prefers aisle seats"
     rewrite_backup(path, lines)
-
     with pytest.raises(BackupCorrupt, match=r"trailer\.checksum_sha256"):
         await restore(s.app.engine, s.app.backups, user_id=user_id)
     assert await everything(s, user_id) == []

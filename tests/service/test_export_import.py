@@ -54,14 +54,6 @@ def checksum(items: Iterable[pb.MemoryItem]) -> str:
     return hashlib.sha256(b"".join(canonical_item(i) for i in items)).hexdigest()
 
 
-def legacy_checksum(items: Iterable[pb.MemoryItem]) -> str:
-    """What servers wrote before `checksum_format`: Python's deterministic serialization."""
-    digest = hashlib.sha256()
-    for item in items:
-        digest.update(item.SerializeToString(deterministic=True))
-    return digest.hexdigest()
-
-
 def stream(user: str, dump: Export, **trailer: Any) -> Iterator[pb.ImportRequest]:
     """The dump as an Import stream; `trailer` overrides fields of its trailer."""
     yield pb.ImportRequest(scope=scope(user), header=dump.header)
@@ -208,26 +200,18 @@ async def test_a_corrupted_checksum_is_refused_and_nothing_is_written(
     assert (await export(memoryd, user_id)).header.total == 0
 
 
-async def test_a_stream_with_the_legacy_checksum_still_imports(
+async def test_a_checksum_without_its_format_is_refused(
     memoryd: RunningServer, user_id: str
 ) -> None:
-    """Exports and backups written before `checksum_format` carry none."""
+    """A checksum says which item form it was computed over; one that says none is not
+    guessed at (nothing was ever written that way)."""
     await fill(memoryd, user_id)
     dump = await export(memoryd, user_id)
     await prune_everything(memoryd, user_id)
-    legacy = stream(user_id, dump, checksum_sha256=legacy_checksum(dump.items), checksum_format="")
-    reply = await memoryd.stub.Import(legacy)
-    assert (reply.imported_count, reply.checksum_verified) == (10, True)
-    assert (await export(memoryd, user_id)).by_id() == dump.by_id()
-
-
-async def test_a_checksum_read_in_another_format_than_written_fails(
-    memoryd: RunningServer, user_id: str
-) -> None:
-    await fill(memoryd, user_id)
-    dump = await export(memoryd, user_id)
     err = await rpc_error(memoryd.stub.Import(stream(user_id, dump, checksum_format="")))
-    assert bad_request_fields(err) == ["trailer.checksum_sha256"]
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad_request_fields(err) == ["trailer.checksum_format"]
+    assert (await export(memoryd, user_id)).header.total == 0
 
 
 async def test_a_checksum_in_an_unknown_format_is_refused(

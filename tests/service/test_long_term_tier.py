@@ -46,21 +46,6 @@ async def lt(request: pytest.FixtureRequest, start_server: ServerFactory) -> Run
     return await start_server(vectors={"backend": "qdrant", "qdrant_location": ":memory:"})
 
 
-async def test_skiing_preferences_finds_skiing_then_slopes(lt: RunningServer, user_id: str) -> None:
-    # The seed's ordering: the slopes memory is about skiing, the coffee one only says
-    # "likes" like the skiing memory does. MiniLM puts coffee (0.36) a hair above slopes
-    # (0.34) on similarity alone; coffee also repeats the skiing memory more (0.48 vs
-    # 0.39), and the diversity penalty sets that repeat back.
-    for content in SKI_MEMORIES:
-        reply = await remember(lt, user_id, content)
-        assert reply.memory_id and reply.operation == pb.OPERATION_ADD
-    found = await recall(lt, user_id, "skiing preferences", top_k=2)
-    assert [i.content for i in found.items] == SKI_MEMORIES[:2]
-    assert all(0.3 <= i.score <= 1 for i in found.items)
-    assert found.items[0].score > found.items[1].score
-    assert found.embedding_ms > 0
-
-
 async def test_without_diversity_results_are_in_score_order(
     start_server: ServerFactory, user_id: str
 ) -> None:

@@ -1,4 +1,5 @@
-"""Long-term quotas: the seed scenarios at the real default of 10,000, and concurrency."""
+"""Long-term quotas under concurrency; the seed's quota scenarios at the real default of 10,000
+are in test_seed_scenarios.py (with `bulk_load` and `live_count` from here)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from memoryd.core.models import Kind, MemoryRecord, Scope, Tier
 from memoryd.stores.vectors.port import Filter, MatchValue, VectorPoint
 from memoryd.v1 import memory_pb2 as pb
 from tests.conftest import RunningServer, ServerFactory
-from tests.support.rpc import quota_failure, rpc_error, scope
+from tests.support.rpc import scope
 
 LT = pb.TIER_LONG_TERM
 
@@ -47,39 +48,6 @@ def live_count(s: RunningServer, user_id: str) -> int:
         must_not=[MatchValue("deleted", True)],
     )
     return s.app.vectors.count(flt)
-
-
-async def test_at_the_default_quota_of_10000_an_add_is_refused(
-    start_server: ServerFactory, user_id: str
-) -> None:
-    s = await start_server()
-    await asyncio.to_thread(bulk_load, s, user_id, 10_000)
-    err = await rpc_error(
-        s.stub.Add(pb.AddRequest(scope=scope(user_id), tier=LT, content="One more memory"))
-    )
-    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    details = err.details() or ""
-    assert "max: 10,000" in details and "delete old memories or upgrade" in details
-    assert quota_failure(err).violations
-    assert live_count(s, user_id) == 10_000
-
-
-async def test_auto_prune_at_10000_drops_the_oldest_1000_and_adds(
-    start_server: ServerFactory, user_id: str
-) -> None:
-    s = await start_server()
-    await asyncio.to_thread(bulk_load, s, user_id, 10_000)
-    reply = await s.stub.Add(
-        pb.AddRequest(scope=scope(user_id), tier=LT, content="New memory", auto_prune=True)
-    )
-    assert reply.operation == pb.OPERATION_ADD_WITH_PRUNE
-    # RF-003 names both "1,000 deleted" and "total remains at 10,000", which cannot both
-    # hold; the 10% is kept, so the tier ends under its limit: 10,000 - 1,000 + 1.
-    assert live_count(s, user_id) == 9_001
-    oldest = await s.stub.Retrieve(
-        pb.RetrieveRequest(scope=scope(user_id), tiers=[LT], query="Memory 5", min_score=0.0)
-    )
-    assert all(i.content not in {f"Memory {n}" for n in range(1000)} for i in oldest.items)
 
 
 async def test_fifty_concurrent_adders_never_pass_the_limit(

@@ -25,32 +25,32 @@ LT = pb.TIER_LONG_TERM
 MEMORIES = ["User enjoys skiing", "User avoids advanced slopes", "User drinks green tea"]
 
 
-def make_legacy(vectors_dir: Path, dim: int) -> None:
-    """Rewrite the store as the hand-written encoder left it: its own term ids (none of
-    them Qdrant's), stemmed terms as strings under `terms`, no encoder in the metadata."""
+def written_by_another_encoder(vectors_dir: Path, dim: int) -> None:
+    """Rewrite the store as another sparse encoder would leave it: its own term ids (none
+    of them Qdrant's), no term ids in the payloads, no encoder in the metadata."""
     store = EdgeVectorStore(vectors_dir, dim)
     try:
         points, _ = store.scroll(limit=100, with_vectors=True)
-        legacy = []
+        rewritten = []
         for point in points:
             payload = {k: v for k, v in point.payload.items() if k != TERMS_FIELD}
             assert point.dense is not None
-            legacy.append(
+            rewritten.append(
                 VectorPoint(
                     id=point.id,
                     dense=point.dense,
                     sparse=SparseVector(indices=[7, 8], values=[1.0, 1.0]),
-                    payload={**payload, "terms": ["user", "ski"]},
+                    payload=payload,
                 )
             )
-        store.upsert(legacy)
+        store.upsert(rewritten)
         meta = store.read_meta() or {}
         store.write_meta({k: v for k, v in meta.items() if k != "sparse"})
     finally:
         store.close()
 
 
-async def test_legacy_store_is_refused_then_reindexed_and_found_by_keyword(
+async def test_a_store_of_another_encoder_is_refused_then_reindexed_and_found_by_keyword(
     start_server: ServerFactory, embedder: Embedder, tmp_path: Path
 ) -> None:
     data = tmp_path / "store"
@@ -58,7 +58,7 @@ async def test_legacy_store_is_refused_then_reindexed_and_found_by_keyword(
     for content in MEMORIES:
         await first.stub.Add(pb.AddRequest(scope=scope("u"), tier=LT, content=content))
     await first.server.stop(grace_s=0)
-    make_legacy(data / "vectors", embedder.dim)
+    written_by_another_encoder(data / "vectors", embedder.dim)
 
     settings = Settings.explicit(data_dir=data, retrieval={"mode": "keyword"})
     with pytest.raises(StartupRefused) as refused:
@@ -76,7 +76,6 @@ async def test_legacy_store_is_refused_then_reindexed_and_found_by_keyword(
         assert len(points) == len(MEMORIES)
         for point in points:
             text = embed_text_of(point.payload)
-            assert "terms" not in point.payload
             assert point.payload[TERMS_FIELD] == encoder.term_ids(text)
             assert point.sparse is not None
             assert list(point.sparse.indices) == encoder.term_ids(text)
@@ -97,7 +96,7 @@ async def test_an_empty_store_without_a_recorded_encoder_is_simply_adopted(
     data = tmp_path / "store"
     first = await start_server(data_dir=data)
     await first.server.stop(grace_s=0)
-    make_legacy(data / "vectors", embedder.dim)
+    written_by_another_encoder(data / "vectors", embedder.dim)
 
     second = await start_server(data_dir=data)
     added = await second.stub.Add(pb.AddRequest(scope=scope("u"), tier=LT, content=MEMORIES[0]))

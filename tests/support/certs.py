@@ -19,9 +19,6 @@ class Issued:
     cert: Path
     key: Path
 
-    def pems(self) -> tuple[bytes, bytes]:
-        return self.cert.read_bytes(), self.key.read_bytes()
-
 
 def _write(
     directory: Path, name: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey

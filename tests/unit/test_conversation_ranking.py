@@ -46,6 +46,33 @@ def test_a_flat_signal_adds_nothing_and_late_members_are_scored_on_the_pool_rang
     assert late.base == 0.0  # below the pool's keyword range, clipped, and cosine is flat
 
 
+def test_a_whole_pool_scales_each_signal_by_its_best_not_its_range() -> None:
+    # RF-003's three memories for "skiing preferences" (int8 cosines). Over the pool's
+    # range the coffee memory's 0.031 lead over the slopes one becomes 0.1 of the cosine
+    # scale; scaled by the best it stays 0.048, and likeness to the first pick decides.
+    skiing = _m("skiing", cosine=0.645, bm25=2.0)
+    slopes = _m("slopes", cosine=0.332)
+    coffee = _m("coffee", cosine=0.363)
+    fuse([skiing, slopes, coffee], keyword_weight=0.6)
+    assert slopes.base == 0.0 and abs(coffee.base - 0.4 * 0.031 / 0.313) < 1e-9
+    fuse([skiing, slopes, coffee], keyword_weight=0.6, whole=True)
+    assert skiing.base == 1.0
+    assert abs(slopes.base - 0.4 * 0.332 / 0.645) < 1e-9
+    assert abs(coffee.base - 0.4 * 0.363 / 0.645) < 1e-9
+    # Then MMR (diversity 0.3; likeness to "skiing": slopes 0.379, coffee 0.478).
+    vectors = {
+        "skiing": [1.0, 0.0, 0.0],
+        "slopes": [0.379, 0.925, 0.0],
+        "coffee": [0.478, 0.0, 0.878],
+    }
+    picked = diversify(
+        [Candidate(m.id, m.base, np.array(vectors[m.id]), False) for m in (skiing, coffee, slopes)],
+        2,
+        0.3,
+    )
+    assert [("skiing", "coffee", "slopes")[i] for i, _ in picked] == ["skiing", "slopes"]
+
+
 def test_bm25_of_a_short_text_saturates_with_length() -> None:
     matched = 3.0  # the summed IDF of the query terms the text holds
     short = bm25_of(matched, 3, k1=1.2, b=0.75, avg_len=40)

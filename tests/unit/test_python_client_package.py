@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memoryd_client import Kind, Operation, PruneStrategy, Role, Source, Tier
-from memoryd_client._enums import EnumLike, _ProtoEnum, of_number, to_number
+from memoryd_client._proto_enum import EnumLike, _ProtoEnum, of_number, to_number
 from memoryd_client.v1 import memory_pb2 as client_pb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +61,7 @@ def test_the_client_distribution_declares_only_light_dependencies() -> None:
 )
 def test_every_enum_member_is_a_contract_value(enum: type[_ProtoEnum], wrapper: object) -> None:
     numbers = sorted(wrapper.values())  # type: ignore[attr-defined]
-    assert sorted(m.number for m in enum) == numbers, "the proto gained a value: add it"
+    assert sorted(m.number for m in enum) == numbers, "the proto gained a value: make gen"
     for number in numbers:
         assert to_number(enum, of_number(enum, number)) == number
 

@@ -7,7 +7,6 @@ from pydantic import ValidationError
 
 from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.models import Scope
-from memoryd.core.tiers.registry import TIERS, StoreFamily
 from memoryd.settings import (
     LongTermSettings,
     QuotaProfile,
@@ -120,17 +119,25 @@ def test_the_default_profile_takes_the_long_term_block_from_the_environment(
 
 
 def test_a_profile_names_every_per_user_limit_of_every_tier() -> None:
-    """The quota profile is the one home of per-user limits: each tier's quota keys that
-    are not per task or per session are a profile field."""
-    fields = set(QuotaProfile.model_fields)
-    per_user = {
-        key.replace(".", "_")
-        for spec in TIERS.values()
-        if spec.store is StoreFamily.VECTORS
-        for key in spec.quota_keys
+    """The quota profile is the one home of per-user limits: those of the vector tiers that
+    have quotas, and the rates. A field the profile may leave unset names the tier block
+    setting it falls back to."""
+    assert set(QuotaProfile.model_fields) == {
+        "long_term_max_memories",
+        "long_term_max_bytes",
+        "episodic_max_episodes_per_agent",
+        "structured_max_documents",
+        "structured_max_bytes",
+        "entity_max_entities",
+        "entity_max_relations",
+        "queries_per_minute",
+        "writes_per_minute",
     }
-    assert per_user <= fields
-    assert {"queries_per_minute", "writes_per_minute"} <= fields
+    settings = Settings.explicit()
+    for name, field in QuotaProfile.model_fields.items():
+        if field.default is None and not name.endswith("_per_minute"):
+            block, _, setting = name.partition("_max_")
+            assert hasattr(getattr(settings, block), f"max_{setting}"), name
 
 
 def test_a_profile_sets_the_structured_and_episodic_limits_and_the_rest_are_tier_defaults() -> None:

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Required, TypedDict
 
-from memoryd_client._enums import EnumLike, Kind, PruneStrategy, Role, Source, Tier, to_number
+from memoryd_client._enums import Kind, PruneStrategy, Role, Source, Tier
+from memoryd_client._proto_enum import EnumLike, to_number
 from memoryd_client.results import Episode, Relation
 from memoryd_client.v1 import memory_pb2 as pb
 

@@ -13,7 +13,8 @@ from typing import Any, Self, Union, get_args, get_origin, get_type_hints
 
 import grpc
 
-from memoryd_client._enums import Kind, Operation, Role, Source, Tier, _ProtoEnum, of_number
+from memoryd_client._enums import Kind, Operation, Role, Source, Tier
+from memoryd_client._proto_enum import _ProtoEnum, of_number
 from memoryd_client.v1 import memory_pb2 as pb
 
 __all__ = [

@@ -81,10 +81,14 @@ export interface CallOptions {
   requestId?: string;
 }
 
-type TierLike = Tier | keyof typeof tierNames | string;
-type KindLike = Kind | string;
-
-const tierNames = { working: 1, short_term: 2, long_term: 3, persona: 4, episodic: 5, entity: 6, structured: 7 };
+// The names a caller may write, derived from the generated enums (never copied: a tier added
+// to the proto is a name here once `make gen-clients` has run).
+type EnumName<E> = Lowercase<Exclude<keyof E & string, "UNSPECIFIED">>;
+export type TierName = EnumName<typeof Tier>;
+export type KindName = EnumName<typeof Kind>;
+// `string & {}` keeps the names' completions while accepting any spelling enumValue parses.
+type TierLike = Tier | TierName | (string & {});
+type KindLike = Kind | KindName | (string & {});
 
 function enumValue<E extends Record<string, string | number>>(enumObj: E, prefix: string, value: number | string): number {
   if (typeof value === "number") return value;

@@ -15,8 +15,12 @@ import {
   Unavailable,
   canonicalItem,
   exportChecksum,
+  kind,
   pb,
+  tier,
+  type KindName,
   type MemoryItem,
+  type TierName,
 } from "../src/index.js";
 import { ROOT, createKey, startMemoryd, type Memoryd } from "./server.js";
 
@@ -33,6 +37,17 @@ before(async () => {
 after(async () => {
   client?.close();
   await memoryd?.stop();
+});
+
+test("every tier and kind of the generated enums is accepted by its lower-case name", () => {
+  const names = (e: object) => Object.keys(e).filter((k) => Number.isNaN(Number(k)) && k !== "UNSPECIFIED");
+  for (const name of names(Tier)) assert.equal(tier(name.toLowerCase() as TierName), Tier[name as keyof typeof Tier]);
+  for (const name of names(Kind)) assert.equal(kind(name.toLowerCase() as KindName), Kind[name as keyof typeof Kind]);
+  // The names are types derived from the enums: a tier the proto does not have fails to compile.
+  const structured: TierName = "structured";
+  // @ts-expect-error "unspecified" is no tier a caller may name
+  const none: TierName = "unspecified";
+  assert.deepEqual([tier(structured), none], [Tier.STRUCTURED, "unspecified"]);
 });
 
 test("adds, retrieves, gets and deletes with tiers and kinds by name", async () => {

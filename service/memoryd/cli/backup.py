@@ -1,7 +1,7 @@
 """`memoryd backup` and `memoryd restore`: per-user export files of the tiers the registry
-marks backed up (the durable ones: long-term, persona, episodic, entity, structured),
-written and read through the engine's export and import paths, in the export stream format
-of the Export RPC (transport.export_stream).
+marks backed up (`TierSpec.backed_up`: the durable ones), written and read through the
+engine's export and import paths, in the export stream format of the Export RPC
+(transport.export_stream).
 
     <data_dir>/backups/<YYYY-MM-DD>/<tenant>/<user>.jsonl.gz
 

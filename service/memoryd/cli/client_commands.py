@@ -207,12 +207,6 @@ def _export(stub: memory_pb2_grpc.MemoryServiceStub, args: argparse.Namespace) -
     return 0
 
 
-def _export_stream(
-    stub: memory_pb2_grpc.MemoryServiceStub, request: pb.ExportRequest, args: argparse.Namespace
-) -> Iterable[pb.ExportResponse]:
-    return stub.Export(request, timeout=args.timeout, metadata=args.metadata)
-
-
 def _write_export(stream: Iterable[pb.ExportResponse], out: TextIO, bar: Progress) -> int:
     """Write the stream as JSON lines; the header's total is the bar's."""
     items = total = 0

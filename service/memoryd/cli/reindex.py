@@ -32,9 +32,6 @@ from memoryd.stores.vectors.port import (
     canonical_id,
 )
 
-# Where stores written before the Qdrant BM25 encoder kept their stemmed terms (strings).
-_LEGACY_TERMS_FIELD = "terms"
-
 
 def _after_leads(
     source: VectorStore, points: list[StoredPoint], texts: list[str], lead_chars: int
@@ -80,13 +77,12 @@ def copy_reembedded(
         vectors = embedder.embed(_after_leads(source, points, texts, lead_chars))
         upserts = []
         for point, text, vector in zip(points, texts, vectors, strict=True):
-            payload = {k: v for k, v in point.payload.items() if k != _LEGACY_TERMS_FIELD}
             upserts.append(
                 VectorPoint(
                     id=point.id,
                     dense=vector,
                     sparse=encoder.encode_document(text),
-                    payload={**payload, TERMS_FIELD: encoder.term_ids(text)},
+                    payload={**point.payload, TERMS_FIELD: encoder.term_ids(text)},
                 )
             )
         target.upsert(upserts)

@@ -46,7 +46,11 @@ from memoryd.core.models import (
     UsersQuery,
 )
 from memoryd.core.observe import NullObserver, Observer, text_sha256, user_hash
-from memoryd.core.retrieval.render_context import RenderedContext, render_memory_block
+from memoryd.core.retrieval.render_context import (
+    ITEM_TOKENS,
+    RenderedContext,
+    render_memory_block,
+)
 from memoryd.core.retrieval.token_budget import TokenCounter, fit_to_budget
 from memoryd.core.sessions.sessions import Sessions
 from memoryd.core.text import utf8_len
@@ -233,9 +237,9 @@ class MemoryEngine:
             raise Unimplemented("EndSession (this server has no session support configured)")
         return await self._sessions.end(cmd)
 
-    def _resolve_budget(self, v: Violations, budget: int | None) -> int:
+    def _resolve_budget(self, v: Violations, budget: int | None, default: int = 0) -> int:
         if budget is None:
-            return self._retrieval.default_token_budget
+            return default or self._retrieval.default_token_budget
         if not 1 <= budget <= self._retrieval.max_token_budget:
             v.add("token_budget", f"must be between 1 and {self._retrieval.max_token_budget:,}")
         return budget
@@ -330,7 +334,9 @@ class MemoryEngine:
         v = Violations()
         check_scope(v, request.scope, self._limits)
         top_k = resolve_top_k(v, request.top_k, self._limits)
-        budget = self._resolve_budget(v, request.token_budget)
+        budget = self._resolve_budget(
+            v, request.token_budget, default=self._retrieval.render_token_budget
+        )
         check_fraction(v, "min_score", request.min_score)
         self._check_context_window(v, request.context_window)
         for tier in request.tiers:
@@ -349,15 +355,23 @@ class MemoryEngine:
                 for t, h in self._tiers.items()
                 if not spec(t).render_header and h.can_retrieve(request.scope)
             ]
+            # With no top_k the block is filled: as many memories above the score floor as
+            # the budget holds, in rank order (the budget cuts the least relevant), not a
+            # fixed count. A rendered item costs at least ITEM_TOKENS, so more than
+            # budget / ITEM_TOKENS can never fit.
+            wanted = top_k
+            if not request.top_k:
+                fits = budget // ITEM_TOKENS
+                wanted = min(self._limits.max_top_k, max(self._limits.default_top_k, fits))
             query = RetrieveQuery(
                 scope=request.scope,
                 query=request.query,
                 tiers=searched,
-                top_k=top_k,
+                top_k=wanted,
                 min_score=request.min_score,
                 context_window=request.context_window,
             )
-            found, _, _ = await self._search(query, searched, top_k)
+            found, _, _ = await self._search(query, searched, wanted)
             # Hot tiers list everything of the task/session; only what the query touches
             # belongs in a prompt.
             memories = [m for m in found if m.score > 0]

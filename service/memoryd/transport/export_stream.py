@@ -35,10 +35,8 @@ if TYPE_CHECKING:
 
 # header.format_version: the framing (header, items, trailer), independent of the checksum.
 FORMAT_VERSION = "1"
-# trailer.checksum_format of every stream written now.
+# trailer.checksum_format: the item form the checksum is computed over.
 CHECKSUM_FORMAT = "item-jcs-v1"
-# A trailer without checksum_format: written before it existed; read, never written.
-LEGACY_CHECKSUM_FORMAT = ""
 
 
 def header(
@@ -143,14 +141,8 @@ def canonical_item(item: Message) -> bytes:
     return rfc8785.dumps(canonical_value(item)) + b"\n"
 
 
-def _legacy_item(item: pb.MemoryItem) -> bytes:
-    # Python's deterministic serialization; protobuf promises it in no other language.
-    return item.SerializeToString(deterministic=True)
-
-
 _ITEM_FORMS: dict[str, Callable[[pb.MemoryItem], bytes]] = {
     CHECKSUM_FORMAT: canonical_item,
-    LEGACY_CHECKSUM_FORMAT: _legacy_item,
 }
 
 

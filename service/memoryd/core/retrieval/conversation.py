@@ -62,14 +62,30 @@ def _minmax(values: Sequence[float]) -> tuple[float, float]:
     return lo, (hi - lo)
 
 
-def fuse(pool: Sequence[Scored], keyword_weight: float, others: Sequence[Scored] = ()) -> None:
+def fuse(
+    pool: Sequence[Scored],
+    keyword_weight: float,
+    others: Sequence[Scored] = (),
+    *,
+    whole: bool = False,
+) -> None:
     """Set `base` of every memory of `pool` (and `others`, scored against the pool's
     range: neighbours fetched later) to the convex fusion of its min-max normalised BM25
-    and cosine scores. A pool where a signal is flat contributes nothing from it."""
+    and cosine scores. A pool where a signal is flat contributes nothing from it.
+
+    `whole`: the pool is every memory the search could see (fewer than it asked for), not
+    the top of a larger field. Its weakest member is then no bottom of the field to scale
+    from, only whatever else the user said, and min-max would stretch a small gap between
+    two weak memories into a large one (three memories: cosines 0.363 and 0.332 become 0.1
+    and 0). Each signal is scaled by its best instead (0 stays 0), as a full pool's range
+    roughly does."""
     if not pool:
         return
     k_lo, k_span = _minmax([s.bm25 for s in pool])
     d_lo, d_span = _minmax([s.cosine for s in pool])
+    if whole:
+        k_lo, k_span = 0.0, max(s.bm25 for s in pool)
+        d_lo, d_span = 0.0, max(s.cosine for s in pool)
     for s in (*pool, *others):
         keyword = (s.bm25 - k_lo) / k_span if k_span > 0 else 0.0
         dense = (s.cosine - d_lo) / d_span if d_span > 0 else 0.0

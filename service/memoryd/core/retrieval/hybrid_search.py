@@ -151,8 +151,14 @@ class HybridSearch:
         neighbours = pool.add_all(
             [(p.id, p.payload, p.dense) for p in around if p.id not in pool.members]
         )
+        # A dense search returns up to per_source of the memories it may see: fewer means
+        # it saw them all, and the pool is the user's whole (filtered) memory.
+        whole = dense is not None and len(hits) < per_source
         ranking = self._ranker.rank(
-            RankQuery(query, when, threshold, top_k, context_window), pool, members, neighbours
+            RankQuery(query, when, threshold, top_k, context_window, whole),
+            pool,
+            members,
+            neighbours,
         )
         picked = [pool.record(components, i) for i, components in ranking.picks]
         if context_window > 0:

@@ -30,6 +30,9 @@ class RankQuery:
     min_score: float
     top_k: int
     context_window: int = 0
+    # The candidates are every memory the search could see (it found fewer than it asked
+    # for): fusion scales each signal by its best, not by the pool's range.
+    whole: bool = False
 
 
 @dataclass
@@ -71,7 +74,9 @@ class Ranker:
         scored against the hits' range) of `pool`."""
         settings = self._settings
         with self._observer.fusion("signals"):
-            conversation.fuse(hits, settings.fusion_keyword_weight, others=neighbours)
+            conversation.fuse(
+                hits, settings.fusion_keyword_weight, others=neighbours, whole=query.whole
+            )
         members = [*hits, *neighbours]
         named = conversation.named_speakers(query.text, {m.speaker for m in members if m.speaker})
         when = query.when

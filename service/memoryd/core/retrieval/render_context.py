@@ -32,6 +32,10 @@ ADVISORY_HEADER = (
 OPEN_TAG = "<memory>"
 CLOSE_TAG = "</memory>"
 _ITEM_CLOSE = "</item>"
+# The least a rendered memory costs: `<item tier="episodic" kind="note" date="2024-05-08">`,
+# one word and `</item>` count 25 cl100k tokens; 20 leaves room for shorter tier names. A
+# budget of B tokens never holds more than B // ITEM_TOKENS memories.
+ITEM_TOKENS = 20
 
 
 @dataclass(frozen=True)

@@ -98,8 +98,6 @@ class TierSpec:
     archive_after_setting: str = ""
     # Archive before purging expired items (an item whose TTL just lapsed is archived).
     archive_first: bool = False
-    # The quota limits it enforces, by the name errors report (`limit_name`).
-    quota_keys: tuple[str, ...] = ()
     # Its part in sessions that learn (core/sessions/parts.py), if any.
     session_part: SessionPart | None = None
 
@@ -184,7 +182,6 @@ _SPECS = (
         scope_field="task_id",
         keyed=True,
         first_in_retrieval=True,
-        quota_keys=("working.max_entries", "working.max_bytes"),
     ),
     TierSpec(
         Tier.SHORT_TERM,
@@ -193,7 +190,6 @@ _SPECS = (
         _short_term,
         settings_section="short_term",
         scope_field="session_id",
-        quota_keys=("short_term.max_messages", "short_term.max_bytes"),
         session_part=SessionPart.MESSAGES,
     ),
     TierSpec(
@@ -204,7 +200,6 @@ _SPECS = (
         settings_section="long_term",
         backed_up=True,
         archive_after_setting="long_term_archive_after_days",
-        quota_keys=("long_term.max_memories", "long_term.max_bytes"),
     ),
     TierSpec(
         Tier.PERSONA,
@@ -227,7 +222,6 @@ _SPECS = (
         backed_up=True,
         archive_after_setting="episodic_archive_after_days",
         archive_first=True,
-        quota_keys=("episodic.max_episodes_per_agent",),
         session_part=SessionPart.EPISODES,
     ),
     TierSpec(
@@ -241,7 +235,6 @@ _SPECS = (
         body_fields=("entity", "relation"),
         kinds=frozenset({Kind.ENTITY, Kind.RELATION}),
         backed_up=True,
-        quota_keys=("entity.max_entities", "entity.max_relations"),
         session_part=SessionPart.ENTITIES,
     ),
     TierSpec(
@@ -254,7 +247,6 @@ _SPECS = (
         kinds=frozenset({Kind.DOCUMENT}),
         backed_up=True,
         archive_after_setting="structured_archive_after_days",
-        quota_keys=("structured.max_documents", "structured.max_bytes"),
     ),
 )
 
