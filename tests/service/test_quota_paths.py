@@ -3,7 +3,6 @@ conversation messages, and Import (this version has no AddBatch)."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import uuid
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ import pytest
 from memoryd.core.models import MemoryRecord, Role, Scope, Tier
 from memoryd.core.ratelimit_log import EveryFewSeconds
 from memoryd.core.tiers import long_term as long_term_tier
+from memoryd.transport.export_stream import Checksum
 from memoryd.v1 import memory_pb2 as pb
 from tests.conftest import RunningServer, ServerFactory
 from tests.support.rpc import quota_failure, rpc_error, scope
@@ -66,14 +66,12 @@ def item(tier: pb.Tier.ValueType, **kw: Any) -> pb.MemoryItem:
 
 
 def stream(user: str, items: list[pb.MemoryItem], auto_prune: bool = False) -> Iterator[Any]:
-    digest = hashlib.sha256()
+    checksum = Checksum()
     yield pb.ImportRequest(scope=scope(user), auto_prune=auto_prune)
     for i in items:
-        digest.update(i.SerializeToString(deterministic=True))
+        checksum.add(i)
         yield pb.ImportRequest(item=i)
-    yield pb.ImportRequest(
-        trailer=pb.ExportTrailer(item_count=len(items), checksum_sha256=digest.hexdigest())
-    )
+    yield pb.ImportRequest(trailer=checksum.trailer())
 
 
 # --------------------------------------------------------------------------- Add
