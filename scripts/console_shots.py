@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 import uvicorn
 from playwright.async_api import Page, async_playwright
+from tests.support.clock import MovableClock
 from tests.support.console_stack import Stack, _Server, free_port, seed
 from tests.support.grants import new_key
 
@@ -60,6 +61,7 @@ async def shots(out: Path, data: Path) -> list[Path]:
         reader=new_key(keys, "acme", "reader"),
         agent=new_key(keys, "acme", "agent", ("ana",)),
         other_admin=new_key(keys, "globex", "admin"),
+        clock=MovableClock(),
     )
     await seed(stack)
     web_port = free_port()
@@ -95,11 +97,21 @@ async def shots(out: Path, data: Path) -> list[Path]:
             await shot("graph")
             await page.goto("/users/ana/ask?q=skiing+preferences&budget=300")
             await shot("ask")
+            await page.goto("/users/bob")
+            async with page.expect_download() as download:
+                await page.get_by_role("link", name="Export (JSONL)").click()
+            exported = data / "bob.jsonl"
+            await (await download.value).save_as(exported)
             await page.goto("/users/bob/erase")
             await page.get_by_label("Type the user id").fill("bob")
             await shot("erase")
             await page.get_by_role("button", name="Erase this user").click()
             await shot("erased")
+            await page.goto("/users/bob/import")
+            await page.get_by_label("Export file (JSONL)").set_input_files(exported)
+            await shot("import")
+            await page.get_by_role("button", name="Import this file").click()
+            await shot("imported")
             await page.goto("/health")
             await page.goto("/health")  # the second read shows the call rate
             await shot("health")

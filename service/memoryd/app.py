@@ -17,7 +17,7 @@ from typing import IO
 
 from memoryd.core.credentials import ApiKeys, Authenticator, ClientCertificates, JwtVerifier
 from memoryd.core.engine import MemoryEngine
-from memoryd.core.lifecycle.browse import Browser
+from memoryd.core.lifecycle.browse import Browser, LiveTier
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.erasure import Erasure
 from memoryd.core.lifecycle.maintenance import Lease, Maintenance, MaintenanceLoop
@@ -444,6 +444,7 @@ async def _build_app(
         clock,
         list(tiers),
         backfill=usage_adapters.adapter_name(settings) == "in_process",
+        live={t: h for t, h in tiers.items() if isinstance(h, LiveTier)},
     )
     engine = MemoryEngine(
         tiers,

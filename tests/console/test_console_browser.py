@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import uvicorn
@@ -17,6 +18,7 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
+from memoryd.v1 import memory_pb2 as pb
 from tests.support.console_stack import Stack, _Server, free_port, served, stack
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -95,6 +97,60 @@ async def test_an_admin_erases_a_user_and_sees_the_proof(served: Stack, browser:
     await expect(page.get_by_role("link", name="bob", exact=True)).to_have_count(0)
 
 
+async def test_an_admin_exports_erases_and_imports_a_user_back(
+    served: Stack, browser: Browser, tmp_path: Path
+) -> None:
+    page = await sign_in(browser, served, served.admin)
+    await page.goto("/users/bob")
+    async with page.expect_download() as download:
+        await page.get_by_role("link", name="Export (JSONL)").click()
+    exported = tmp_path / "bob.jsonl"
+    await (await download.value).save_as(exported)
+    await page.goto("/users/bob/erase")
+    await page.get_by_label("Type the user id").fill("bob")
+    await page.get_by_role("button", name="Erase this user").click()
+    await expect(page.get_by_role("status")).to_have_text("Nothing of this user is left.")
+
+    await page.goto("/users/bob")
+    await page.get_by_role("link", name="Import (JSONL)…").click()
+    await page.get_by_label("Export file (JSONL)").set_input_files(exported)
+    await page.get_by_role("button", name="Import this file").click()
+    await expect(page.get_by_role("status")).to_contain_text("Imported 1, skipped 0")
+    await expect(page.locator("ul.sent")).to_contain_text("long_term: 1")
+    await page.get_by_role("link", name="See the memories").click()
+    await expect(page.get_by_text("bob owns a red bicycle")).to_be_visible()
+
+
+async def test_a_live_session_is_picked_from_the_keyboard_and_its_window_listed(
+    served: Stack, browser: Browser
+) -> None:
+    chat = pb.Scope(user_id="ana", session_id="s1")
+    await served.caller(served.admin).Add(
+        pb.AddRequest(scope=chat, tier=pb.TIER_SHORT_TERM, content="hola Rumi", role=pb.ROLE_USER)
+    )
+    page = await sign_in(browser, served, served.reader)
+    await page.goto("/users/ana")
+    window = page.locator("table.memories tbody tr td:first-child", has_text="short_term")
+    await expect(window).to_have_count(0)  # a session's window only when it is picked
+    for _ in range(60):
+        await page.keyboard.press("Tab")
+        if await page.evaluate("() => document.activeElement.innerText") == "s1":
+            break
+    await page.keyboard.press("Enter")
+    await page.wait_for_url("**/users/ana?session=s1")
+    await expect(window).to_have_count(1)
+    await expect(page.locator("table.memories tbody tr", has_text="short_term")).to_contain_text(
+        "hola Rumi"
+    )
+
+
+async def test_a_reader_is_refused_the_import_form(served: Stack, browser: Browser) -> None:
+    page = await sign_in(browser, served, served.reader)
+    await page.goto("/users/ana/import")
+    await expect(page.get_by_role("alert")).to_contain_text("may not import")
+    await expect(page.get_by_role("button", name="Import this file")).to_have_count(0)
+
+
 async def test_a_reader_is_refused_the_erase_form(served: Stack, browser: Browser) -> None:
     page = await sign_in(browser, served, served.reader)
     await page.goto("/users/ana/erase")
@@ -158,7 +214,7 @@ async def test_every_action_of_a_user_is_reachable_from_the_keyboard(
             )
         )
     for action in ("Overview", "Health", "Sign out", "Ask as the agent", "Entity graph",
-                   "Export (JSONL)", "Erase…", "Filter"):  # fmt: skip
+                   "Export (JSONL)", "Import (JSONL)…", "Erase…", "Filter"):  # fmt: skip
         assert action in reached, (action, reached)
     # Enter on a focused link follows it.
     await page.goto("/users/ana")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import grpc
 
+from memoryd.transport import export_stream
 from memoryd.v1 import memory_pb2 as pb
 from tests.conftest import RunningServer, ServerFactory
 from tests.support.grants import Caller, new_key
@@ -187,3 +188,112 @@ async def test_retrieve_with_explain_gives_each_hit_the_components_of_its_score(
     assert skiing.keyword > 0 and coffee.keyword == 0  # only one holds the query's keyword
     plain = pb.RetrieveRequest(scope=scope("explained"), query="skiing", min_score=0.0)
     assert not any(h.HasField("explain") for h in (await memoryd.stub.Retrieve(plain)).items)
+
+
+async def test_every_page_carries_the_tenants_totals_per_tier_not_the_pages(
+    start_server: ServerFactory,
+) -> None:
+    s = await start_server()
+    for user, memories in (("ann", 1), ("ben", 2), ("cy", 3)):
+        for n in range(memories):
+            await add(s.stub, user, f"{user} memory number {n}")
+    await add(s.stub, "cy", "Lyon", tier=PE, key="city")
+    usage = [await s.stub.Usage(pb.UsageRequest(scope=scope(u))) for u in ("ann", "ben", "cy")]
+    expected = {
+        tier: (sum(t.count for u in usage for t in u.tiers if t.tier == tier),
+               sum(t.bytes for u in usage for t in u.tiers if t.tier == tier))
+        for tier in (LT, PE)
+    }  # fmt: skip
+    assert expected[LT][0] == 6 and expected[PE][0] == 1
+    token = ""
+    pages = 0
+    while True:
+        reply = await s.stub.ListUsers(pb.ListUsersRequest(page_size=1, page_token=token))
+        pages += 1
+        totals = {t.tier: (t.count, t.bytes) for t in reply.totals}
+        assert {t: totals[t] for t in (LT, PE)} == expected
+        token = reply.next_page_token
+        if not token:
+            break
+    assert pages == 3
+
+
+async def test_listed_memories_tell_an_import_and_a_persona_command_from_an_add(
+    start_server: ServerFactory,
+) -> None:
+    s = await start_server()
+    await add(s.stub, "ana", "ana enjoys skiing")
+    await s.stub.Add(
+        pb.AddRequest(
+            scope=pb.Scope(user_id="ana", session_id="s1"),
+            tier=pb.TIER_SHORT_TERM,
+            content="remember that my city is Lyon",
+            role=pb.ROLE_USER,
+        )
+    )
+    exported = [m async for m in s.stub.Export(pb.ExportRequest(scope=scope("ana"), tiers=[LT]))]
+    # An export holds the memories, not how they came in here (an Import gives its own).
+    assert not any(m.item.origin for m in exported if m.WhichOneof("payload") == "item")
+    requests = [export_stream.import_request(m) for m in exported]
+    requests[0].scope.CopyFrom(scope("ivy"))
+    await s.stub.Import(iter(requests))
+
+    def origins(reply: pb.ListMemoriesResponse) -> dict[str, tuple[int, int]]:
+        return {i.content: (i.origin, i.source) for i in reply.items}
+
+    ana = origins(await s.stub.ListMemories(pb.ListMemoriesRequest(scope=scope("ana"))))
+    assert ana["ana enjoys skiing"] == (pb.ORIGIN_UNSPECIFIED, pb.SOURCE_EXPLICIT)
+    assert ana["Lyon"] == (pb.ORIGIN_COMMAND, pb.SOURCE_EXPLICIT)
+    ivy = origins(await s.stub.ListMemories(pb.ListMemoriesRequest(scope=scope("ivy"))))
+    # Imported, and still explicit: the item's own source is kept.
+    assert ivy["ana enjoys skiing"] == (pb.ORIGIN_IMPORT, pb.SOURCE_EXPLICIT)
+
+
+async def test_a_named_task_or_session_lists_its_hot_tier_and_the_first_page_names_them(
+    start_server: ServerFactory,
+) -> None:
+    s = await start_server()
+    task = pb.Scope(user_id="ana", agent_id="planner", task_id="trip")
+    await s.stub.Add(pb.AddRequest(scope=task, tier=pb.TIER_WORKING, key="seat", content="window"))
+    chat = pb.Scope(user_id="ana", session_id="s1")
+    await s.stub.Add(
+        pb.AddRequest(scope=chat, tier=pb.TIER_SHORT_TERM, content="hi there", role=pb.ROLE_USER)
+    )
+    await add(s.stub, "ana", "ana enjoys skiing")
+
+    plain = await s.stub.ListMemories(pb.ListMemoriesRequest(scope=scope("ana")))
+    assert {i.tier for i in plain.items} <= {LT}  # the hot tiers only for a named scope
+    assert [(t.agent_id, t.task_id) for t in plain.tasks] == [("planner", "trip")]
+    assert list(plain.session_ids) == ["s1"]
+
+    working = await s.stub.ListMemories(pb.ListMemoriesRequest(scope=task, tiers=[pb.TIER_WORKING]))
+    assert [(i.tier, i.key, i.content) for i in working.items] == [
+        (pb.TIER_WORKING, "seat", "window")
+    ]
+    session = await s.stub.ListMemories(pb.ListMemoriesRequest(scope=chat))
+    window = [i for i in session.items if i.tier == pb.TIER_SHORT_TERM]
+    assert [(i.content, i.session_id) for i in window] == [("hi there", "s1")]
+    assert "ana enjoys skiing" not in {i.content for i in session.items}  # another session's
+
+    err = await rpc_error(
+        s.stub.ListMemories(pb.ListMemoriesRequest(scope=scope("ana"), tiers=[pb.TIER_SHORT_TERM]))
+    )
+    assert bad_request_fields(err) == ["tiers[0]"]
+
+
+async def test_a_bound_readers_totals_cover_its_users_only(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.jsonl"
+    keys.touch()
+    s = await start_server(auth={"keys_file": keys})
+    admin = Caller(s.channel, new_key(keys, "acme", "admin"))
+    for user, memories in (("ana", 2), ("bob", 5)):
+        for n in range(memories):
+            await add(admin, user, f"{user} memory number {n}")
+    bound = Caller(s.channel, new_key(keys, "acme", "reader", ("ana",)))
+    mine = await bound.ListUsers(pb.ListUsersRequest())
+    assert [u.user_id for u in mine.users] == ["ana"]
+    assert {t.tier: t.count for t in mine.totals}[LT] == 2
+    everyone = await admin.ListUsers(pb.ListUsersRequest(page_size=1))
+    assert {t.tier: t.count for t in everyone.totals}[LT] == 7

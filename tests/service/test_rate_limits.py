@@ -259,3 +259,36 @@ async def test_an_add_batch_forgets_its_users_cached_answers(
         await alice.Retrieve(retrieve(user, "anything"))
     past = await alice.Retrieve(retrieve(user, "plan"))
     assert past.rate_limited and list(past.items) == []  # not the answer from before the batch
+
+
+async def test_listings_past_the_rate_are_refused_per_user_and_per_tenant(
+    start_server: ServerFactory, clock: MovableClock, keys_file: Path
+) -> None:
+    """The console's reads spend the same query buckets: ListMemories the user's,
+    ListUsers the tenant's. A page has no soft answer, so past the rate it is refused."""
+    s = await limited_server(start_server, clock, keys_file, {})
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    reader = Caller(s.channel, new_key(keys_file, tenant, "reader", profile="tight"))
+
+    def listing(user: str) -> pb.ListMemoriesRequest:
+        return pb.ListMemoriesRequest(scope=scope(user))
+
+    for _ in range(3):  # tight: 3 queries a minute
+        await reader.ListMemories(listing("ana"))
+    err = await rpc_error(reader.ListMemories(listing("ana")))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error_info(err).reason == "RATE_LIMITED"
+    assert retry_delay_s(err) == pytest.approx(20.0)
+    [violation] = quota_failure(err).violations
+    assert violation.subject == "rate:ana" and "max: 3 queries per minute" in violation.description
+    await reader.ListMemories(listing("bob"))  # another user's bucket is full
+
+    for _ in range(3):
+        await reader.ListUsers(pb.ListUsersRequest())
+    err = await rpc_error(reader.ListUsers(pb.ListUsersRequest()))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert quota_failure(err).violations[0].subject == "rate:*"
+
+    clock.advance(20.0)  # one token back in each bucket
+    await reader.ListUsers(pb.ListUsersRequest())
+    await reader.ListMemories(listing("ana"))

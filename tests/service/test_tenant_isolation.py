@@ -262,7 +262,8 @@ async def own_step(w: World, owner: Owner, rng: random.Random) -> None:
     elif pick < 0.82:
         await w.ok("Usage", me.Usage(pb.UsageRequest(scope=sc)))
     elif pick < 0.84:
-        request_ = pb.ListMemoriesRequest(scope=scope(owner[1]), page_size=20)
+        # With the step's scope: its task's working memory and its session's window too.
+        request_ = pb.ListMemoriesRequest(scope=sc, page_size=20)
         w.owned(owner, (await w.ok("ListMemories", me.ListMemories(request_))).items)
     elif pick < 0.90:
         request = pb.RenderContextRequest(scope=sc, query=rng.choice(QUERIES), min_score=0.0)

@@ -14,14 +14,18 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from cryptography.fernet import Fernet
 
 from memoryd.console.app import Console, create_app
 from memoryd.console.service import Service
 from memoryd.v1 import memory_pb2 as pb
 from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
 from tests.support.grants import Caller, new_key
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+# The key every console of a test shares (as replicas given one --session-key-file).
+SESSION_KEY = Fernet.generate_key()
 
 
 @dataclass
@@ -32,6 +36,7 @@ class Stack:
     reader: str  # acme's reader key
     agent: str  # an agent key of acme bound to user "ana"
     other_admin: str  # globex's admin key
+    clock: MovableClock  # the console's
     url: str = ""
 
     def caller(self, key: str) -> Caller:
@@ -76,9 +81,12 @@ async def start_stack(start_server: ServerFactory, tmp_path: Path) -> Stack:
     keys = tmp_path / "keys.jsonl"
     keys.touch()
     memoryd = await start_server(auth={"keys_file": keys})
+    clock = MovableClock()
     console = Console(
         Service(f"127.0.0.1:{memoryd.port}"),
         metrics_url=f"http://127.0.0.1:{memoryd.server.metrics_port}/metrics",
+        session_key=SESSION_KEY,
+        clock=clock,
     )
     stack = Stack(
         memoryd,
@@ -87,6 +95,7 @@ async def start_stack(start_server: ServerFactory, tmp_path: Path) -> Stack:
         reader=new_key(keys, "acme", "reader"),
         agent=new_key(keys, "acme", "agent", ("ana",)),
         other_admin=new_key(keys, "globex", "admin"),
+        clock=clock,
     )
     await seed(stack)
     return stack

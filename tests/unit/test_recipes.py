@@ -77,6 +77,7 @@ def test_contributing_has_the_recipes() -> None:
         "add-an-adapter-by-name",
         "add-a-redis-family-port",
         "add-an-adapter-without-registry",
+        "change-a-console-page",
     }
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "CommandAction",
     "Kind",
     "Operation",
+    "Origin",
     "PruneStrategy",
     "Role",
     "Source",
@@ -73,6 +74,12 @@ class CommandAction(_ProtoEnum, proto=pb.CommandAction, prefix="COMMAND_ACTION_"
     UNSPECIFIED = "unspecified"
     REMEMBER = "remember"
     FORGET = "forget"
+
+
+class Origin(_ProtoEnum, proto=pb.Origin, prefix="ORIGIN_"):
+    UNSPECIFIED = "unspecified"
+    IMPORT = "import"
+    COMMAND = "command"
 
 
 class PruneStrategy(_ProtoEnum, proto=pb.PruneStrategy, prefix="PRUNE_STRATEGY_"):

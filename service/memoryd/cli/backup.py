@@ -77,7 +77,7 @@ async def _backup_user(
         }
     }
     header = export_stream.header(scope.user_id, now, counts)
-    items = (convert.memory_item(r) async for r in engine.export_records(query))
+    items = (convert.exported_item(r) async for r in engine.export_records(query))
     writer = await asyncio.to_thread(store.writer, day, scope.tenant, scope.user_id)
     count = 0
     try:
@@ -191,7 +191,8 @@ async def restore(
             continue
         batch = engine.max_import_items
         for start in range(0, len(records), batch):
-            done = await engine.import_records(scope, records[start : start + batch])
+            # A restore puts back what was (a backup holds no origin: see exported_item).
+            done = await engine.import_records(scope, records[start : start + batch], origin=None)
             report.imported += done.imported_count
             report.skipped += done.skipped_count
         report.users += 1

@@ -20,6 +20,7 @@ from urllib.parse import quote, urlencode
 import grpc
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.datastructures import FormData, UploadFile
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
@@ -30,7 +31,7 @@ from starlette.staticfiles import StaticFiles
 from memoryd.console import graph
 from memoryd.console.metrics import MetricsReader
 from memoryd.console.service import Service
-from memoryd.console.sessions import COOKIE, Session, Sessions
+from memoryd.console.sessions import COOKIE, CookieTooLarge, Session, Sessions
 from memoryd.transport import export_stream
 from memoryd.v1 import memory_pb2 as pb
 
@@ -56,6 +57,8 @@ SECURITY_HEADERS = {
 }
 TIERS = [int(v) for v in pb.Tier.values() if v != pb.TIER_UNSPECIFIED]
 KINDS = [int(v) for v in pb.Kind.values() if v != pb.KIND_UNSPECIFIED]
+# Tiers whose items belong to a task or a session: their detail links name it.
+HOT = (pb.TIER_WORKING, pb.TIER_SHORT_TERM)
 # Health services of the server (see app.py's probes) and of each tier.
 HEALTH_SERVICES = [
     "",
@@ -77,14 +80,17 @@ def kind_name(value: int) -> str:
 
 
 def source_of(item: pb.MemoryItem) -> str:
-    """Where a memory came from, as far as its fields tell."""
+    """How a memory came in: its origin where the service stored one (Import, a persona
+    command), else what its kind and source tell (MemoryItem.origin in the contract)."""
+    if item.origin == pb.ORIGIN_IMPORT:
+        return "import"
+    if item.origin == pb.ORIGIN_COMMAND:
+        return "persona command"
     if item.kind == pb.KIND_MESSAGE:
         return "message"
     if item.source == pb.SOURCE_AUTO:
         return "extraction"
-    if item.source == pb.SOURCE_EXPLICIT:
-        return "explicit"
-    return "add / import"
+    return "explicit add"
 
 
 def when(ts: Any) -> str:
@@ -119,7 +125,9 @@ def _templates() -> Environment:
         source=source_of,
         path=lambda v: quote(str(v), safe=""),
     )
-    env.globals.update(TIERS=TIERS, KINDS=KINDS, PAGE_SIZES=PAGE_SIZES, urlencode=urlencode)
+    env.globals.update(
+        HOT=HOT, TIERS=TIERS, KINDS=KINDS, PAGE_SIZES=PAGE_SIZES, urlencode=urlencode
+    )
     return env
 
 
@@ -142,10 +150,12 @@ class Console:
         idle_s: float = 900.0,
         metrics_url: str | None = None,
         secure_cookies: bool = False,
-        clock: Callable[[], float] = time.monotonic,
+        session_key: bytes | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.service = service
-        self.sessions = Sessions(idle_s, clock)
+        # Sessions live in their cookies (sessions.py): replicas sharing the key share them.
+        self.sessions = Sessions(session_key, idle_s, clock)
         self.metrics = MetricsReader(metrics_url)
         self.secure_cookies = secure_cookies
         self.env = _templates()
@@ -166,7 +176,7 @@ class Console:
     def _set_cookie(self, response: Response, session: Session, request: Request) -> None:
         response.set_cookie(
             COOKIE,
-            session.id,
+            self.sessions.cookie(session),
             httponly=True,
             samesite="strict",
             secure=self.secure_cookies or request.url.scheme == "https",
@@ -174,18 +184,24 @@ class Console:
         )
 
     def session_of(self, request: Request) -> Session | None:
-        return self.sessions.get(request.cookies.get(COOKIE))
+        return self.sessions.read(request.cookies.get(COOKIE))
 
     async def checked_post(self, request: Request, session: Session) -> dict[str, str]:
         """The form of a POST that passed the CSRF and same-origin checks."""
+        form = await self.checked_form(request, session)
+        return {k: v for k, v in form.items() if isinstance(v, str)}
+
+    async def checked_form(self, request: Request, session: Session) -> FormData:
+        """The whole form (its uploads included) of a POST that passed the same checks."""
         origin = request.headers.get("origin")
         if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
             raise Refused(403, "a request from another site is refused")
         form = await request.form()
-        fields = {k: v for k, v in form.items() if isinstance(v, str)}
-        if not session.csrf_ok(fields.get("csrf", "")):
+        token = form.get("csrf", "")
+        if not isinstance(token, str) or not session.csrf_ok(token):
+            await form.close()
             raise Refused(403, "the form's CSRF token is missing or wrong: reload the page")
-        return fields
+        return form
 
     def signed_in(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -215,8 +231,9 @@ class Console:
     def rpc_failed(self, request: Request, session: Session, err: grpc.aio.AioRpcError) -> Response:
         code = err.code()
         if code == grpc.StatusCode.UNAUTHENTICATED:
-            self.sessions.end(session)
-            return RedirectResponse("/signin?expired=1", status_code=303)
+            expired = RedirectResponse("/signin?expired=1", status_code=303)
+            expired.delete_cookie(COOKIE, path="/")
+            return expired
         status = {
             grpc.StatusCode.PERMISSION_DENIED: 403,
             grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -281,7 +298,10 @@ class Console:
                 )
             may_list = False  # an agent credential: it may still look at its own users
         label = f"…{credential[-6:]}" if len(credential) > 12 else "credential"
-        signed = self.sessions.sign_in(session, credential, label, may_list)
+        try:
+            signed = self.sessions.sign_in(credential, label, may_list)
+        except CookieTooLarge as exc:
+            return self.page(request, "signin.html", session, 400, error=str(exc))
         log.info("console sign-in", extra={"may_list": may_list})
         response = RedirectResponse("/", status_code=303)
         self._set_cookie(response, signed, request)
@@ -289,7 +309,7 @@ class Console:
 
     async def signout(self, request: Request, session: Session) -> Response:
         await self.checked_post(request, session)
-        self.sessions.end(session)
+        # The session is its cookie: clearing it signs out.
         response = RedirectResponse("/signin", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response
@@ -319,12 +339,8 @@ class Console:
             "ListUsers",
             pb.ListUsersRequest(user_id_prefix=prefix, page_size=size, page_token=token),
         )
-        totals: dict[int, list[int]] = {}
-        for user in reply.users:
-            for t in user.tiers:
-                row = totals.setdefault(t.tier, [0, 0])
-                row[0] += t.count
-                row[1] += t.bytes
+        # The tenant's totals (every user, not this page's), from the service.
+        totals = {t.tier: (t.count, t.bytes) for t in reply.totals}
         return self.page(
             request,
             "overview.html",
@@ -344,6 +360,8 @@ class Console:
         tier = _number(q.get("tier"), TIERS)
         kind = _number(q.get("kind"), KINDS)
         session_id = q.get("session", "").strip()
+        task_id = q.get("task", "").strip()
+        agent_id = q.get("agent", "").strip() if task_id else ""
         meta = q.get("meta", "").strip()
         filters: dict[str, str] = {}
         if meta:
@@ -353,7 +371,8 @@ class Console:
             filters[key.strip()] = value.strip()
         size = _size(q.get("size"), 50)
         token = q.get("page", "")
-        scope = pb.Scope(user_id=user_id, session_id=session_id)
+        # A session or task named lists its hot tier too (its window, its working memory).
+        scope = pb.Scope(user_id=user_id, session_id=session_id, agent_id=agent_id, task_id=task_id)
         reply = await self.call(
             session,
             "ListMemories",
@@ -371,6 +390,8 @@ class Console:
             "tier": q.get("tier", ""),
             "kind": q.get("kind", ""),
             "session": session_id,
+            "task": task_id,
+            "agent": agent_id,
             "meta": meta,
             "size": str(size),
         }
@@ -386,6 +407,8 @@ class Console:
             here=here,
             tier=tier,
             kind=kind,
+            tasks=list(reply.tasks),
+            sessions=list(reply.session_ids),
         )
 
     async def memory(self, request: Request, session: Session) -> Response:
@@ -393,11 +416,19 @@ class Console:
         tier = _number(request.path_params["tier"], TIERS)
         if not tier:
             raise Refused(404, "no such tier")
+        q = request.query_params
+        # A hot tier's item is found in its session or task (the table's link names it).
+        scope = pb.Scope(
+            user_id=user_id,
+            session_id=q.get("session", ""),
+            task_id=q.get("task", ""),
+            agent_id=q.get("agent", ""),
+        )
         reply = await self.call(
             session,
             "Get",
             pb.GetRequest(
-                scope=pb.Scope(user_id=user_id),
+                scope=scope,
                 tier=tier,  # type: ignore[arg-type]
                 ids=[request.path_params["memory_id"]],
             ),
@@ -544,6 +575,73 @@ class Console:
             empty=not found.items and held == 0 and not items,
         )
 
+    async def import_form(self, request: Request, session: Session) -> Response:
+        user_id = request.path_params["user_id"]
+        # An Import that ends before its trailer writes nothing: the service checks the
+        # grant on the first message, then refuses the incomplete stream. So this asks
+        # whether the credential may import without changing anything.
+        try:
+            await self.service.import_(
+                _only(pb.ImportRequest(scope=_scope(user_id))), session.credential
+            )
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.PERMISSION_DENIED:
+                return self.page(
+                    request,
+                    "import.html",
+                    session,
+                    403,
+                    user_id=user_id,
+                    allowed=False,
+                    error=err.details() or "",
+                )
+            if err.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+        return self.page(request, "import.html", session, user_id=user_id, allowed=True, error="")
+
+    async def import_(self, request: Request, session: Session) -> Response:
+        user_id = request.path_params["user_id"]
+        form = await self.checked_form(request, session)
+        try:
+            upload = form.get("file")
+            if not isinstance(upload, UploadFile) or not upload.filename:
+                return self._import_refused(request, session, user_id, "choose an export file")
+            sent = _Sent()
+            try:
+                reply = await self.service.import_(
+                    _import_requests(user_id, upload, sent), session.credential
+                )
+            except grpc.aio.AioRpcError as err:
+                if sent.problem:  # a bad line ended the stream: that is the cause
+                    return self._import_refused(request, session, user_id, sent.problem)
+                if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    return self._import_refused(
+                        request, session, user_id, f"the service refused the file: {err.details()}"
+                    )
+                raise
+        finally:
+            await form.close()
+        # Counts only: memory content is never logged.
+        log.info("console import", extra={"imported_count": reply.imported_count})
+        usage = await self.call(session, "Usage", pb.UsageRequest(scope=_scope(user_id)))
+        return self.page(
+            request,
+            "imported.html",
+            session,
+            user_id=user_id,
+            reply=reply,
+            sent=sorted(sent.per_tier.items()),
+            total=sum(sent.per_tier.values()),
+            usage=usage,
+        )
+
+    def _import_refused(
+        self, request: Request, session: Session, user_id: str, error: str
+    ) -> Response:
+        return self.page(
+            request, "import.html", session, 400, user_id=user_id, allowed=True, error=error
+        )
+
     async def export(self, request: Request, session: Session) -> Response:
         user_id = request.path_params["user_id"]
         stream = self.service.export(
@@ -602,6 +700,53 @@ def _number(value: str | None, allowed: list[int]) -> int:
     return 0
 
 
+def _scope(user_id: str) -> pb.Scope:
+    return pb.Scope(user_id=user_id)
+
+
+async def _only(request: pb.ImportRequest) -> AsyncIterator[pb.ImportRequest]:
+    yield request
+
+
+class _Sent:
+    """What an upload streamed to Import: items per tier, and the first bad line."""
+
+    def __init__(self) -> None:
+        self.per_tier: dict[int, int] = {}
+        self.problem = ""
+
+
+async def _import_requests(
+    user_id: str, upload: UploadFile, sent: _Sent
+) -> AsyncIterator[pb.ImportRequest]:
+    """The uploaded JSONL export as Import messages, line by line (never whole in memory).
+    A line that is not an export message ends the stream: the service then refuses it for
+    its missing trailer and nothing is written; `sent.problem` names the line."""
+    await upload.seek(0)
+    first = True
+    number = 0
+    for raw in upload.file:
+        number += 1
+        line = raw.decode("utf-8", errors="replace").strip()
+        if not line:
+            continue
+        try:
+            message = export_stream.from_json_line(line)
+        except export_stream.NotAnExportLine:
+            sent.problem = f"line {number} is not a line of a memoryd export"
+            return
+        request = export_stream.import_request(message)
+        if first:
+            # The items belong to the user of this page, whoever the file was exported from.
+            request.scope.CopyFrom(_scope(user_id))
+            first = False
+        if message.WhichOneof("payload") == "item":
+            sent.per_tier[message.item.tier] = sent.per_tier.get(message.item.tier, 0) + 1
+        yield request
+    if first:
+        sent.problem = "the file is empty"
+
+
 class _Framing(BaseHTTPMiddleware):
     """The security headers on every answer, and one log line per request (no path
     parameters, no query string: they carry user ids and queries)."""
@@ -640,6 +785,8 @@ def create_app(console: Console) -> Starlette:
         Route("/users/{user_id}/export", c.signed_in(c.export), methods=["GET"]),
         Route("/users/{user_id}/erase", c.signed_in(c.erase_form), methods=["GET"]),
         Route("/users/{user_id}/erase", c.signed_in(c.erase), methods=["POST"]),
+        Route("/users/{user_id}/import", c.signed_in(c.import_form), methods=["GET"]),
+        Route("/users/{user_id}/import", c.signed_in(c.import_), methods=["POST"]),
         Route("/users/{user_id}/memories/{tier}/{memory_id}", c.signed_in(c.memory)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]

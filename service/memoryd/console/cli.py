@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 
 
@@ -14,6 +15,12 @@ def add_console_command(subparsers: argparse._SubParsersAction) -> None:  # type
     p.add_argument("--target", required=True, help="host:port of the memoryd service")
     p.add_argument("--listen", default="127.0.0.1:8080", help="host:port of the console")
     p.add_argument("--metrics-url", help="the service's Prometheus endpoint, for the health page")
+    p.add_argument(
+        "--session-key-file",
+        type=Path,
+        help="a Fernet key (urlsafe base64 of 32 bytes) that encrypts the session cookies; "
+        "replicas sharing it share sign-ins (without it: a key of this process)",
+    )
     p.add_argument("--idle-minutes", type=float, default=15.0, help="sign out after this idle time")
     p.add_argument("--tls-ca", type=Path, help="CA of the service's certificate (TLS to it)")
     p.add_argument("--tls-cert", type=Path, help="client certificate for mTLS to the service")
@@ -28,6 +35,13 @@ def run_console_command(args: argparse.Namespace) -> int:
 
     from memoryd.console.app import Console, create_app
     from memoryd.console.service import Service, ServiceTls
+    from memoryd.console.sessions import BadSessionKey, load_key
+
+    try:
+        key = load_key(args.session_key_file) if args.session_key_file else None
+    except (OSError, BadSessionKey) as err:
+        print(f"memoryd console: --session-key-file: {err}", file=sys.stderr)
+        return 2
 
     host, _, port = args.listen.rpartition(":")
     service = Service(args.target, ServiceTls(args.tls_ca, args.tls_cert, args.tls_key))
@@ -37,6 +51,7 @@ def run_console_command(args: argparse.Namespace) -> int:
         idle_s=args.idle_minutes * 60,
         metrics_url=args.metrics_url,
         secure_cookies=secure,
+        session_key=key,
     )
     config = uvicorn.Config(
         create_app(console),

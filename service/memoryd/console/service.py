@@ -51,6 +51,15 @@ class Service:
         call = self._stub.Export(request, metadata=self._metadata(credential), timeout=300.0)
         return aiter(call)
 
+    async def import_(
+        self, requests: AsyncIterator[pb.ImportRequest], credential: str
+    ) -> pb.ImportResponse:
+        """Stream an export to Import (the service checks it whole before writing)."""
+        reply: pb.ImportResponse = await self._stub.Import(
+            requests, metadata=self._metadata(credential), timeout=300.0
+        )
+        return reply
+
     async def health(self, service: str) -> str:
         """The health service's answer for `service` ("" is the server as a whole)."""
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import logging
 import time
@@ -33,6 +34,7 @@ from memoryd.core.models import (
     MemoriesPage,
     MemoriesQuery,
     MemoryRecord,
+    Origin,
     PruneCommand,
     PruneResult,
     PruneStrategy,
@@ -513,12 +515,18 @@ class MemoryEngine:
         return problems
 
     async def import_records(
-        self, scope: Scope, records: Sequence[MemoryRecord], auto_prune: bool = False
+        self,
+        scope: Scope,
+        records: Sequence[MemoryRecord],
+        auto_prune: bool = False,
+        *,
+        origin: Origin | None = Origin.IMPORT,
     ) -> ImportResult:
         """Validate every item and check every tier's quotas first (an invalid import, or
         one that does not fit, writes nothing; with `auto_prune` the oldest items make
         room, as on Add), then restore each tier's items under `scope`'s user: ids already
-        there are skipped."""
+        there are skipped. `origin` is what the records' origin becomes (provenance: they
+        came in by Import); None keeps theirs (a backup's restore puts back what was)."""
         self.check_import_scope(scope)
         if len(records) > self._limits.max_import_items:
             raise InvalidArgument.of(
@@ -540,6 +548,8 @@ class MemoryEngine:
             raise InvalidArgument(bad)
         by_tier: dict[Tier, list[MemoryRecord]] = {}
         for record in records:
+            if origin is not None:
+                record = dataclasses.replace(record, origin=origin)
             by_tier.setdefault(record.tier, []).append(record)
         for tier, items in by_tier.items():
             await self._tier(tier).check_room(scope, items, auto_prune)

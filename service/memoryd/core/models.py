@@ -54,6 +54,18 @@ class Source(StrEnum):
     AUTO = "auto"
 
 
+class Origin(StrEnum):
+    """How a memory came in, where kind and source do not tell (provenance for operators;
+    `Source` is whose authority a memory has). Other writes leave it unspecified: a message
+    is kind MESSAGE, an extraction source AUTO, anything else an explicit Add."""
+
+    UNSPECIFIED = "unspecified"
+    # Restored by Import.
+    IMPORT = "import"
+    # A persona fact stated by a memory command ("remember that ...") in a user message.
+    COMMAND = "command"
+
+
 class PruneStrategy(StrEnum):
     OLDEST_PERCENT = "oldest_percent"
     EXPIRED = "expired"
@@ -191,6 +203,7 @@ class MemoryRecord:
     updated_at: float = 0.0
     expires_at: float | None = None
     source: Source = Source.UNSPECIFIED
+    origin: Origin = Origin.UNSPECIFIED
     role: Role = Role.UNSPECIFIED
     agent_id: str = ""
     session_id: str = ""
@@ -464,6 +477,8 @@ class UserSummary:
 class UsersPage:
     users: list[UserSummary]
     next_page_token: str = ""
+    # Count and bytes per tier over every user the query may list (not just this page).
+    totals: list[TierUsage] = field(default_factory=list)
 
 
 @dataclass
@@ -482,3 +497,6 @@ class MemoriesQuery:
 class MemoriesPage:
     items: list[MemoryRecord]
     next_page_token: str = ""
+    # First page only: the user's live tasks and sessions (scopes a listing may name).
+    tasks: list[Scope] = field(default_factory=list)
+    sessions: list[Scope] = field(default_factory=list)

@@ -1,10 +1,11 @@
 """Per-user rate limits (tenant + user) from the caller's quota profile.
 
 Queries (Retrieve, RenderContext) past their rate degrade softly: the transport answers
-from a recent identical query or empty, flagged `rate_limited`. Writes past theirs are
-refused (RateLimited: RESOURCE_EXHAUSTED with the delay to retry) before anything is
-written. The profile is the credential's, else the user's (quotas settings); callers with
-no credential (auth off) have no limit. The buckets are behind a port: Redis when
+from a recent identical query or empty, flagged `rate_limited`. Listings (ListMemories
+from the user's query bucket, ListUsers from the tenant's) past it are refused, as are
+writes past theirs (RateLimited: RESOURCE_EXHAUSTED with the delay to retry) before
+anything is written. The profile is the credential's, else the user's (quotas settings);
+callers with no credential (auth off) have no limit. The buckets are behind a port: Redis when
 configured, shared by every replica, else in this process.
 """
 
@@ -83,6 +84,24 @@ class RateLimits:
 
     async def allow_query(self, principal: Principal, scope: Scope) -> bool:
         return await self._take(principal, scope, Limited.QUERY) is None
+
+    async def charge_listing(self, principal: Principal, scope: Scope) -> None:
+        """Take one query token for a listing (ListUsers, ListMemories), or raise RateLimited:
+        a listing has no soft answer to fall back on. `scope.user_id` is empty for a
+        tenant-wide listing (ListUsers), whose bucket is the tenant's own."""
+        retry_after = await self._take(principal, scope, Limited.QUERY)
+        if retry_after is None:
+            return
+        limit = self.per_minute(principal, scope, Limited.QUERY) or 0
+        whose = f"user {scope.user_id}" if scope.user_id else "tenant"
+        raise RateLimited(
+            subject=f"rate:{scope.user_id or '*'}",
+            limit_name="queries_per_minute",
+            limit=limit,
+            retry_after_s=retry_after,
+            message=f"query rate limit reached for this {whose}'s listings (max: {limit:,} "
+            f"queries per minute); retry in {retry_after:.1f} s, or upgrade the plan",
+        )
 
     async def charge_write(self, principal: Principal, scope: Scope, writes: int = 1) -> None:
         """Take `writes` write tokens at once (an AddBatch's items for this user), or raise

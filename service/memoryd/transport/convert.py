@@ -31,6 +31,7 @@ from memoryd.core.models import (
     MemoriesQuery,
     MemoryRecord,
     Operation,
+    Origin,
     Principal,
     PruneCommand,
     PruneResult,
@@ -61,6 +62,7 @@ _ENUMS: dict[type[Enum], tuple[Any, str]] = {
     Operation: (pb.Operation, "OPERATION_"),
     Role: (pb.Role, "ROLE_"),
     Source: (pb.Source, "SOURCE_"),
+    Origin: (pb.Origin, "ORIGIN_"),
     PruneStrategy: (pb.PruneStrategy, "PRUNE_STRATEGY_"),
     CommandAction: (pb.CommandAction, "COMMAND_ACTION_"),
 }
@@ -272,6 +274,15 @@ def retrieve_query(req: pb.RetrieveRequest, principal: Principal) -> RetrieveQue
     )
 
 
+def exported_item(record: MemoryRecord) -> pb.MemoryItem:
+    """An item of an export stream: the memory without its origin here. The stream's
+    format (and its checksum, and every importer of it) predates the field, and an Import
+    gives what it restores an origin of its own."""
+    item = memory_item(record)
+    item.ClearField("origin")
+    return item
+
+
 def memory_item(record: MemoryRecord) -> pb.MemoryItem:
     item = pb.MemoryItem(
         id=record.id,
@@ -283,6 +294,7 @@ def memory_item(record: MemoryRecord) -> pb.MemoryItem:
         metadata=record.metadata,
         importance=record.importance,
         source=enum_to_proto(record.source),  # type: ignore[arg-type]
+        origin=enum_to_proto(record.origin),  # type: ignore[arg-type]
         role=enum_to_proto(record.role),  # type: ignore[arg-type]
         agent_id=record.agent_id,
         session_id=record.session_id,
@@ -411,6 +423,7 @@ def record_from_item(item: pb.MemoryItem) -> MemoryRecord:
         if item.HasField("expires_at")
         else None,
         source=enum_from_proto(Source, item.source, "item.source"),
+        origin=enum_from_proto(Origin, item.origin, "item.origin"),
         role=enum_from_proto(Role, item.role, "item.role"),
         agent_id=item.agent_id,
         session_id=item.session_id,
@@ -578,7 +591,14 @@ def users_response(page: UsersPage) -> pb.ListUsersResponse:
         if user.last_active:
             _set_time(summary.last_active_at, user.last_active)
         users.append(summary)
-    return pb.ListUsersResponse(users=users, next_page_token=page.next_page_token)
+    return pb.ListUsersResponse(
+        users=users,
+        next_page_token=page.next_page_token,
+        totals=[
+            pb.TierUsage(tier=enum_to_proto(t.tier), count=t.count, bytes=t.bytes)  # type: ignore[arg-type]
+            for t in page.totals
+        ],
+    )
 
 
 def memories_query(req: pb.ListMemoriesRequest, principal: Principal) -> MemoriesQuery:
@@ -594,7 +614,12 @@ def memories_query(req: pb.ListMemoriesRequest, principal: Principal) -> Memorie
 
 def memories_response(page: MemoriesPage) -> pb.ListMemoriesResponse:
     return pb.ListMemoriesResponse(
-        items=[memory_item(r) for r in page.items], next_page_token=page.next_page_token
+        items=[memory_item(r) for r in page.items],
+        next_page_token=page.next_page_token,
+        tasks=[
+            pb.Scope(user_id=s.user_id, agent_id=s.agent_id, task_id=s.task_id) for s in page.tasks
+        ],
+        session_ids=[s.session_id for s in page.sessions],
     )
 
 

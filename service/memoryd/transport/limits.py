@@ -8,6 +8,9 @@
   written. An AddBatch costs each of its users one write per item of that user, all taken
   before any is stored; an Import is charged once, when its first message arrives. A write
   forgets the cached answers of every user it wrote for.
+* Listings (ListMemories, ListUsers: the console's reads) take a token from the same query
+  buckets — ListMemories the user's, ListUsers the tenant's (a bucket of no user) — and
+  past them fail with RESOURCE_EXHAUSTED, as writes do: a page has no soft answer.
 
 Callers without a limit (auth off) skip all of this, caching included. Runs after identity,
 so refused callers spend no tokens.
@@ -40,6 +43,7 @@ QUERIES: Mapping[str, type[Message]] = {
     "RenderContext": pb.RenderContextResponse,
 }
 WRITES = frozenset({"Add", "AddBatch", "Delete", "Prune", "Import", "EndSession"})
+LISTINGS = frozenset({"ListUsers", "ListMemories"})
 
 _Key = tuple[str, str, str, bytes]
 
@@ -103,6 +107,8 @@ class RateLimiting(AroundCall):
             return self._query(rpc, behavior, QUERIES[rpc])
         if rpc in WRITES:
             return self._write(behavior)
+        if rpc in LISTINGS:
+            return self._listing(behavior)
         return behavior
 
     def _scope(self, principal: Principal, request: Message) -> Scope | None:
@@ -139,6 +145,20 @@ class RateLimiting(AroundCall):
                 degraded.CopyFrom(cached)
             degraded.rate_limited = True  # type: ignore[attr-defined]
             return degraded
+
+        return call
+
+    def _listing(self, behavior: Behavior) -> Behavior:
+        async def call(request: Message, context: Context) -> Message:
+            principal = self._calls.principal()
+            if self._limits.limited(principal):
+                # ListUsers names no user: it draws on the tenant's bucket (user "").
+                user = user_of(request) if isinstance(request, pb.ListMemoriesRequest) else ""
+                if user or isinstance(request, pb.ListUsersRequest):
+                    await self._limits.charge_listing(
+                        principal, Scope(tenant=principal.tenant, user_id=user)
+                    )
+            return await behavior(request, context)  # type: ignore[no-any-return]
 
         return call
 

@@ -72,7 +72,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServiceServicer):
         query = convert.export_query(request, self._calls.principal())
         counts = await self._engine.export_counts(query)
         header = export_stream.header(query.scope.user_id, time.time(), counts, query.skipped_tiers)
-        items = (convert.memory_item(r) async for r in self._engine.export_records(query))
+        items = (convert.exported_item(r) async for r in self._engine.export_records(query))
         async for message in export_stream.frame(header, items):
             yield message
 

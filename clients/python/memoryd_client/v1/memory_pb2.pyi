@@ -182,6 +182,27 @@ COMMAND_ACTION_FORGET: CommandAction.ValueType  # 2
 """"forget ..." / "olvidate de ...": the matching persona facts were deleted."""
 Global___CommandAction: _TypeAlias = CommandAction  # noqa: Y015
 
+class _Origin:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _OriginEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Origin.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ORIGIN_UNSPECIFIED: _Origin.ValueType  # 0
+    ORIGIN_IMPORT: _Origin.ValueType  # 1
+    """Restored by Import (its `source` is the exported item's)."""
+    ORIGIN_COMMAND: _Origin.ValueType  # 2
+    """A persona fact stated by a memory command ("remember that ...") in a user message."""
+
+class Origin(_Origin, metaclass=_OriginEnumTypeWrapper): ...
+
+ORIGIN_UNSPECIFIED: Origin.ValueType  # 0
+ORIGIN_IMPORT: Origin.ValueType  # 1
+"""Restored by Import (its `source` is the exported item's)."""
+ORIGIN_COMMAND: Origin.ValueType  # 2
+"""A persona fact stated by a memory command ("remember that ...") in a user message."""
+Global___Origin: _TypeAlias = Origin  # noqa: Y015
+
 class _PruneStrategy:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -499,6 +520,7 @@ class MemoryItem(_message.Message):
     POSITION_FIELD_NUMBER: _builtins.int
     CONTEXT_FIELD_NUMBER: _builtins.int
     EXPLAIN_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     tier: Global___Tier.ValueType
     kind: Global___Kind.ValueType
@@ -526,6 +548,11 @@ class MemoryItem(_message.Message):
     position: _builtins.int
     """Long-term memories added with a scope.session_id: their place in that session
     (0, 1, 2, ... in the order they were added), so a turn's neighbours can be found.
+    """
+    origin: Global___Origin.ValueType
+    """How the memory came in, where `kind` and `source` do not tell: restored by Import, or
+    a persona fact a "remember that ..." command in a user message stated. Unspecified for
+    the other writes: a message (kind MESSAGE), an extraction (source AUTO), an explicit Add.
     """
     @_builtins.property
     def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
@@ -595,10 +622,11 @@ class MemoryItem(_message.Message):
         position: _builtins.int = ...,
         context: _abc.Iterable[Global___MemoryItem] | None = ...,
         explain: Global___ScoreComponents | None = ...,
+        origin: Global___Origin.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "explain", b"explain", "occurred_at", b"occurred_at", "relation", b"relation", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "archived", b"archived", "content", b"content", "context", b"context", "created_at", b"created_at", "deleted", b"deleted", "document_json", b"document_json", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "explain", b"explain", "history", b"history", "id", b"id", "importance", b"importance", "key", b"key", "kind", b"kind", "metadata", b"metadata", "occurred_at", b"occurred_at", "position", b"position", "relation", b"relation", "role", b"role", "score", b"score", "session_id", b"session_id", "source", b"source", "task_id", b"task_id", "tier", b"tier", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "archived", b"archived", "content", b"content", "context", b"context", "created_at", b"created_at", "deleted", b"deleted", "document_json", b"document_json", "entity", b"entity", "episode", b"episode", "expires_at", b"expires_at", "explain", b"explain", "history", b"history", "id", b"id", "importance", b"importance", "key", b"key", "kind", b"kind", "metadata", b"metadata", "occurred_at", b"occurred_at", "origin", b"origin", "position", b"position", "relation", b"relation", "role", b"role", "score", b"score", "session_id", b"session_id", "source", b"source", "task_id", b"task_id", "tier", b"tier", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1930,19 +1958,28 @@ class ListUsersResponse(_message.Message):
 
     USERS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTALS_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """Empty on the last page."""
     @_builtins.property
     def users(self) -> _containers.RepeatedCompositeFieldContainer[Global___UserSummary]: ...
+    @_builtins.property
+    def totals(self) -> _containers.RepeatedCompositeFieldContainer[Global___TierUsage]:
+        """The tenant's totals per tier (count and bytes; no quota) over every user it lists,
+        whatever the prefix and page (a credential bound to users: those users), summed from
+        the usage counters. The same on every page; up to 10 s old.
+        """
+
     def __init__(
         self,
         *,
         users: _abc.Iterable[Global___UserSummary] | None = ...,
         next_page_token: _builtins.str = ...,
+        totals: _abc.Iterable[Global___TierUsage] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "users", b"users"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "totals", b"totals", "users", b"users"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1983,11 +2020,16 @@ class ListMemoriesRequest(_message.Message):
     page_token: _builtins.str
     @_builtins.property
     def scope(self) -> Global___Scope:
-        """user_id is required; session_id, when given, selects that session's memories."""
+        """user_id is required; session_id, when given, selects that session's memories and lists
+        its short-term window; task_id (with its agent_id) lists that task's working memory.
+        """
 
     @_builtins.property
     def tiers(self) -> _containers.RepeatedScalarFieldContainer[Global___Tier.ValueType]:
-        """Empty means every tier whose memories are kept in the vector store."""
+        """Empty means every tier whose memories are kept in the vector store, and the hot tiers
+        the scope names a task or session of. TIER_WORKING needs scope.task_id,
+        TIER_SHORT_TERM scope.session_id.
+        """
 
     @_builtins.property
     def kinds(self) -> _containers.RepeatedScalarFieldContainer[Global___Kind.ValueType]: ...
@@ -2019,19 +2061,35 @@ class ListMemoriesResponse(_message.Message):
 
     ITEMS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    SESSION_IDS_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """Empty on the last page."""
     @_builtins.property
-    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryItem]: ...
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryItem]:
+        """On the first page, the named task's working memory and the named session's window come
+        whole (each bounded by its tier's limits) before the stored tiers' page.
+        """
+
+    @_builtins.property
+    def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___Scope]:
+        """First page only: the user's live tasks (agent_id and task_id of each) and sessions,
+        the scopes whose working memory and short-term window a listing may name.
+        """
+
+    @_builtins.property
+    def session_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
         items: _abc.Iterable[Global___MemoryItem] | None = ...,
         next_page_token: _builtins.str = ...,
+        tasks: _abc.Iterable[Global___Scope] | None = ...,
+        session_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "next_page_token", b"next_page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "next_page_token", b"next_page_token", "session_ids", b"session_ids", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -12,7 +12,16 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from memoryd.core.models import FactVersion, Kind, MemoryRecord, Role, Scope, Source, Tier
+from memoryd.core.models import (
+    FactVersion,
+    Kind,
+    MemoryRecord,
+    Origin,
+    Role,
+    Scope,
+    Source,
+    Tier,
+)
 from memoryd.core.retrieval.conversation import SPEAKER_KEYS
 from memoryd.core.text import utf8_len
 from memoryd.core.tiers.bodies import body_payload, document_of, entity_of, episode_of, relation_of
@@ -50,6 +59,8 @@ def to_payload(
     }
     if record.expires_at is not None:
         payload["expires_at"] = record.expires_at
+    if record.origin is not Origin.UNSPECIFIED:
+        payload["origin"] = record.origin.value
     if record.position:
         payload["position"] = record.position
     raw = record.content.encode("utf-8")
@@ -104,6 +115,7 @@ def from_payload(point_id: str, payload: dict[str, Any], score: float = 0.0) -> 
         updated_at=float(payload.get("updated_at", 0.0)),
         expires_at=float(expires) if expires is not None else None,
         source=Source(payload.get("source", Source.UNSPECIFIED.value)),
+        origin=Origin(payload.get("origin", Origin.UNSPECIFIED.value)),
         role=Role(payload.get("role", Role.UNSPECIFIED.value)),
         agent_id=payload.get("agent_id", ""),
         session_id=payload.get("session_id", ""),

@@ -28,6 +28,7 @@ from memoryd.core.models import (
     Lookup,
     MemoryRecord,
     Operation,
+    Origin,
     PruneCommand,
     PruneStrategy,
     RetrieveQuery,
@@ -148,11 +149,13 @@ class PersonaTier(VectorTier):
         session_id: str | None = None,
         metadata: dict[str, str] | None = None,
     ) -> MemoryRecord:
-        """`fact` holding `value` now; its old value goes to its history."""
+        """`fact` holding `value` now; its old value goes to its history (and so does how
+        it came in: the new value's writer sets its origin again)."""
         return dataclasses.replace(
             fact,
             content=value,
             source=source,
+            origin=Origin.UNSPECIFIED,
             updated_at=now,
             history=(*fact.history, FactVersion(fact.content, fact.source, now)),
             score=0.0,
@@ -222,12 +225,18 @@ class PersonaTier(VectorTier):
                 None,
             )
             if same is not None:
-                patch: dict[str, object] = {"updated_at": now, "source": Source.EXPLICIT.value}
+                patch: dict[str, object] = {
+                    "updated_at": now,
+                    "source": Source.EXPLICIT.value,
+                    "origin": Origin.COMMAND.value,
+                }
                 await self._memory.update_fields([same.id], patch)
                 operation = (
                     Operation.DEDUPLICATED if same.source is Source.EXPLICIT else Operation.UPDATED
                 )
-                record = dataclasses.replace(same, updated_at=now, source=Source.EXPLICIT)
+                record = dataclasses.replace(
+                    same, updated_at=now, source=Source.EXPLICIT, origin=Origin.COMMAND
+                )
                 return FactChange(record, operation)
             extracted = next(
                 (
@@ -247,6 +256,8 @@ class PersonaTier(VectorTier):
                     scope, key, value, Kind.FACT, Source.EXPLICIT, now, session_id, {}
                 )
                 operation = Operation.ADD
+            # Provenance: this value was stated by a memory command.
+            record = dataclasses.replace(record, origin=Origin.COMMAND)
             await self._memory.insert([self._point(record, scope)])
         return FactChange(record, operation)
 

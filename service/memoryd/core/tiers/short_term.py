@@ -168,6 +168,10 @@ class ShortTermTier:
             delete=lambda ids: self._store.delete_messages(session, ids),
         )
 
+    async def live_scopes(self, scope: Scope) -> list[Scope]:
+        """The user's sessions holding a window (for operators to pick one)."""
+        return [scope_of(s) for s in await self._sessions(scope)]
+
     async def _sessions(self, scope: Scope) -> list[SessionKey]:
         with hot_store_calls():
             return await self._store.list_sessions(scope.tenant, scope.user_id)

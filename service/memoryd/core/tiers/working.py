@@ -214,6 +214,10 @@ class WorkingTier:
             delete=lambda keys: self._store.delete_entries(task, keys),
         )
 
+    async def live_scopes(self, scope: Scope) -> list[Scope]:
+        """The user's tasks holding working memory (for operators to pick one)."""
+        return [scope_of(t) for t in await self._tasks(scope)]
+
     async def _tasks(self, scope: Scope) -> list[TaskKey]:
         with hot_store_calls():
             return await self._store.list_tasks(scope.tenant, scope.user_id)
