@@ -7,11 +7,11 @@ unless tracing is on, so the extra stays optional.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from memoryd.core.models import Tier
+from memoryd.core.observe import NullObserver
 from memoryd.settings import TracingSettings
 
 if TYPE_CHECKING:
@@ -23,8 +23,9 @@ class TracingUnavailable(Exception):
     """Tracing is asked for but the `otel` extra is not installed."""
 
 
-class TracingObserver:
-    """The core's reports, as spans (counts and the like are the metrics' business)."""
+class TracingObserver(NullObserver):
+    """The core's reports, as spans; the counts it inherits as no-ops are the metrics'
+    business."""
 
     def __init__(self, tracer: Tracer) -> None:
         self._tracer = tracer
@@ -45,24 +46,6 @@ class TracingObserver:
 
     def fusion(self, stage: str) -> AbstractContextManager[None]:
         return self._span("memoryd.fusion", {"memoryd.fusion.stage": stage})
-
-    def quota_alert(self, tier: Tier, level: str) -> None:
-        return None
-
-    def archived(self, tier: Tier, count: int) -> None:
-        return None
-
-    def deleted(self, tier: Tier, reason: str, count: int) -> None:
-        return None
-
-    def stored_bytes(self, tier: Tier, size: int) -> None:
-        return None
-
-    def ages(self, tier: Tier, days: Sequence[float]) -> None:
-        return None
-
-    def backlog(self, queue: str, pending: int, oldest_age_s: float) -> None:
-        return None
 
 
 def tracer_provider(settings: TracingSettings) -> TracerProvider:
