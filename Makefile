@@ -75,7 +75,7 @@ chromium:
 
 # docs/console/*.png: a screenshot of each console page, against a seeded memoryd.
 console-shots: install chromium
-	PYTHONPATH=service:tests $(PY) scripts/console_shots.py docs/console
+	PYTHONPATH=service:. $(PY) scripts/console_shots.py docs/console
 
 # The Python stubs and the Python client's enums (derived from them), then the references.
 gen: install

@@ -2,7 +2,7 @@
 memories; target: first page under 300 ms on this machine). Not a timed test: run it and
 read the figures.
 
-    PYTHONPATH=service:benchmarks:tests .venv/bin/python benchmarks/console_pages.py
+    PYTHONPATH=service:benchmarks .venv/bin/python benchmarks/console_pages.py
         [--users 1000] [--memories 10000] [--rounds 20] [--json-out pages.json]
 
 An in-process memoryd (auth off, hashed vectors as in fill_user.py, so the fill is quick)

@@ -1,6 +1,6 @@
 """Retrieve latency for a user holding a full long-term tier (10,000 conversation turns).
 
-    PYTHONPATH=service:tests .venv/bin/python benchmarks/retrieve_at_scale.py [--memories 10000]
+    PYTHONPATH=service:. .venv/bin/python benchmarks/retrieve_at_scale.py [--memories 10000]
 
 In-process engine on the embedded stores (no gRPC), so the numbers are the server's own
 cost. Turns are written with pseudo-random unit vectors (a brute-force scan costs the same
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tests.support.conversation import SPEAKERS, utterance
 
-from conversation import SPEAKERS, utterance
 from memoryd.app import build_app
 from memoryd.core.models import AddCommand, RetrieveQuery, Scope, Tier
 from memoryd.settings import Settings

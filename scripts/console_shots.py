@@ -1,9 +1,9 @@
 """Screenshots of each console page for docs/console.md (`make console-shots`).
 
-    PYTHONPATH=service:tests .venv/bin/python scripts/console_shots.py docs/console
+    PYTHONPATH=service:. .venv/bin/python scripts/console_shots.py docs/console
 
 Starts an in-process memoryd with API keys (the real MiniLM embedder), seeds it as the
-console's browser tests do (tests/console_stack.py), serves the console, and has Debian's
+console's browser tests do (tests/support/console_stack.py), serves the console, and has Debian's
 chromium (through Playwright; never a downloaded browser) take one PNG per page.
 """
 
@@ -18,10 +18,10 @@ from pathlib import Path
 import grpc
 import uvicorn
 from playwright.async_api import Page, async_playwright
+from tests.support.clock import MovableClock
+from tests.support.console_stack import Stack, _Server, free_port, seed
+from tests.support.grants import new_key
 
-from clock import MovableClock
-from console_stack import Stack, _Server, free_port, seed
-from grants import new_key
 from memoryd.app import build_app
 from memoryd.console.app import Console, create_app
 from memoryd.console.service import Service

@@ -19,8 +19,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from memoryd.settings import Settings
-from memoryd.transport.metrics import reference as metrics_reference
+from memoryd.settings import QuotaProfile, Settings
+from memoryd.telemetry.metrics import reference as metrics_reference
 from memoryd.transport.status_map import reference_markdown as errors_reference
 from memoryd.v1 import memory_pb2
 
@@ -75,6 +75,20 @@ def settings_reference() -> str:
     ]
     for env, kind, default, description in _rows(Settings, "MEMORYD_"):
         lines.append(f"| `{env}` | {kind} | {default} | {description} |")
+    lines += [
+        "",
+        "## Quota profile fields",
+        "",
+        "Every per-user limit is a field of a quota profile (`MEMORYD_QUOTAS__PROFILES`); one",
+        "field of one profile is `MEMORYD_QUOTAS__PROFILES__<NAME>__<FIELD>`. Unset: the tier",
+        "block's default. The built-in profiles' figures: "
+        "[operations.md](../operations.md#quota-profiles-rt-006).",
+        "",
+        "| field | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for env, kind, default, description in _rows(QuotaProfile, ""):
+        lines.append(f"| `{env.lower()}` | {kind} | {default} | {description} |")
     return HEADER + "\n".join(lines) + "\n"
 
 

@@ -21,12 +21,12 @@ from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.minilm import MiniLMEmbedder
 from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.hot.port import HotStore
+from memoryd.telemetry import Telemetry
 from memoryd.transport.logs import HANDLER_NAME as LOG_HANDLER_NAME
 from memoryd.transport.server import MemorydServer
-from memoryd.transport.telemetry import Telemetry
 from memoryd.v1 import memory_pb2_grpc
-from redis_cluster import RedisCluster
-from redis_server import RedisServer
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer
 
 
 @pytest.fixture(autouse=True)

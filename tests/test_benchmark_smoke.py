@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import load
-from redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
@@ -252,7 +252,7 @@ def _field(report: Any, dotted: str) -> Any:
 
 
 def _env() -> dict[str, str]:
-    paths = ["service", "clients/python", "benchmarks", "tests", "evals"]
+    paths = [".", "service", "clients/python", "benchmarks", "evals"]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in paths)}
 
 

@@ -43,7 +43,7 @@ from memoryd.settings import Settings
 from memoryd.transport.health import LIVENESS_NAME, SERVICE_NAME
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
-from redis_server import free_port
+from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from memoryd.core.credentials import ApiKeys, Authenticator, ClientCertificates, JwtVerifier
 from memoryd.core.engine import MemoryEngine
 from memoryd.core.lifecycle.browse import Browser, LiveTier
 from memoryd.core.lifecycle.cold_archive import ColdArchive
@@ -33,10 +34,11 @@ from memoryd.core.retrieval.temporal import TimeResolver
 from memoryd.core.retrieval.token_budget import TokenCounter
 from memoryd.core.sessions.extraction import ReplyLimits, SessionExtractor
 from memoryd.core.sessions.sessions import Sessions
+from memoryd.core.startup import StartupRefused
 from memoryd.core.tiers.base import TierHandler
 from memoryd.core.tiers.long_term import LongTermTier
 from memoryd.core.tiers.registry import StoreFamily, TierDeps, build_tiers, served
-from memoryd.settings import InvalidSettings, Settings
+from memoryd.settings import Settings
 from memoryd.stores import embeddings as embedder_adapters
 from memoryd.stores import hot as hot_adapters
 from memoryd.stores import locks as lock_adapters
@@ -53,13 +55,15 @@ from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
 from memoryd.stores.extractor.port import StructuredChat
 from memoryd.stores.hot.port import HotStore
+from memoryd.stores.keys.file import KeysFile
+from memoryd.stores.keys.port import KeysFileError
 from memoryd.stores.queue.port import WriteBehindQueue
 from memoryd.stores.ratelimit.port import TokenBuckets
 from memoryd.stores.usage.port import UsageCounters
 from memoryd.stores.vectors.port import IncompatibleStoreError, VectorStore, VectorStoreError
-from memoryd.transport.metrics import StorageGauge
-from memoryd.transport.telemetry import Telemetry
-from memoryd.transport.tracing import TracingUnavailable
+from memoryd.telemetry import Telemetry
+from memoryd.telemetry.metrics import StorageGauge
+from memoryd.telemetry.tracing import TracingUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -71,28 +75,26 @@ HOT_PROBE, VECTOR_PROBE = "memoryd.hot_store", "memoryd.vector_store"
 _PROBE_OF = {StoreFamily.HOT: HOT_PROBE, StoreFamily.VECTORS: VECTOR_PROBE}
 
 
-class StartupRefused(Exception):
-    """The server must not start, for the reason given (shown to the operator as is)."""
-
-
-def startup_refusal(exc: BaseException) -> StartupRefused | None:
-    """The one place a failed start-up becomes what the operator reads: one line naming
-    the setting at fault (the command exits 2). None: not the operator's doing but a
-    defect, which keeps its traceback."""
-    if isinstance(exc, StartupRefused):
-        return exc
-    if isinstance(exc, InvalidSettings):
-        return StartupRefused(str(exc))
-    return None
-
-
 @dataclass
 class App:
+    """What a server serves, built from settings: the transport takes it as its
+    `transport.server.Served` and never builds any of it."""
+
     engine: MemoryEngine
     copier: ConversationCopier
     vectors: VectorStore
     maintenance: Maintenance
     maintenance_loop: MaintenanceLoop
+    # For `memoryd backup`/`restore`: who has memories, and where backups go.
+    memory: VectorMemory
+    backups: BackupStore
+    # For the transport's identity and rate-limit concerns.
+    authenticator: Authenticator
+    rate_limits: RateLimits
+    access_audit: AuditLog
+    # Per user and tier usage (operations and tests read them; tiers keep them).
+    counters: UsageCounters
+    embedding: EmbeddingBatcher
     probes: dict[str, Probe] = field(default_factory=dict)
     closers: list[Closer] = field(default_factory=list)
     telemetry: Telemetry = field(default_factory=Telemetry)
@@ -100,18 +102,9 @@ class App:
     probe_stores: dict[str, str] = field(default_factory=dict)
     # Health services that follow probes: "memoryd.tier.<tier>" -> its store's probe.
     health_services: dict[str, list[str]] = field(default_factory=dict)
-    # For `memoryd backup`/`restore`: who has memories, and where backups go.
-    memory: VectorMemory | None = None
-    backups: BackupStore | None = None
-    # For the transport's identity and rate-limit concerns.
-    rate_limits: RateLimits | None = None
-    access_audit: AuditLog | None = None
-    # Per user and tier usage (operations and tests read them; tiers keep them).
-    counters: UsageCounters | None = None
     clock: Callable[[], float] = time.time
     # At close, how long the write-behind copy may take to flush what is queued.
     flush_timeout_s: float = 5.0
-    embedding: EmbeddingBatcher | None = None
 
     async def start(self) -> None:
         self.copier.start()
@@ -283,6 +276,28 @@ def build_lease(settings: Settings) -> tuple[Lease, Callable[[], Awaitable[None]
     return lease, client.aclose
 
 
+def build_authenticator(settings: Settings) -> Authenticator:
+    """The configured credentials; refuses to start on a missing or malformed one."""
+    keys = tokens = certs = None
+    try:
+        if settings.auth.keys_file is not None:
+            keys = ApiKeys(KeysFile(settings.auth.keys_file))
+            keys.check_readable()
+        if settings.auth.jwt.enabled:
+            tokens = JwtVerifier(settings.auth.jwt)
+        if settings.tls.client_ca_file is not None:
+            certs = ClientCertificates(settings.tls)
+    except KeysFileError as exc:
+        raise StartupRefused(
+            f"the API keys file cannot be used: {exc} (create one with `memoryd keys create`)"
+        ) from exc
+    except (OSError, ValueError) as exc:
+        raise StartupRefused(f"the credential settings cannot be used: {exc}") from exc
+    return Authenticator(
+        default_tenant=settings.auth.default_tenant, keys=keys, tokens=tokens, certs=certs
+    )
+
+
 def build_queue(settings: Settings) -> WriteBehindQueue:
     return queue_adapters.ADAPTERS[queue_adapters.adapter_name(settings)](settings)
 
@@ -354,6 +369,7 @@ async def _build_app(
     embedder: Embedder | None,
     telemetry: Telemetry | None,
 ) -> App:
+    authenticator = build_authenticator(settings)  # a bad credential file refuses first
     if telemetry is None:
         try:
             telemetry = Telemetry.from_settings(settings)
@@ -386,7 +402,7 @@ async def _build_app(
     async def copy_message(scope: Scope, message: MemoryRecord) -> None:
         await copier.enqueue(scope, message)
 
-    quotas = QuotaProfiles(settings.quotas, settings.long_term)
+    quotas = QuotaProfiles.of(settings)
     buckets = build_buckets(settings)
     counters = StorageGauge(
         usage_adapters.ADAPTERS[usage_adapters.adapter_name(settings)](settings),
@@ -492,6 +508,7 @@ async def _build_app(
         telemetry=telemetry,
         probe_stores={HOT_PROBE: hot_name, VECTOR_PROBE: vectors_name},
         health_services={f"memoryd.tier.{s.tier.value}": [_PROBE_OF[s.store]] for s in served()},
+        authenticator=authenticator,
         rate_limits=RateLimits(buckets, quotas, clock),
         access_audit=JsonlAuditLog(settings.data_dir / "audit" / "access.jsonl"),
         counters=counters,

@@ -53,14 +53,16 @@ def check_host_port(value: str) -> str:
 
 
 class WorkingSettings(_Block):
-    """Working memory: key/value scratch space of one task (agent + task)."""
+    """Working memory: key/value scratch space of one task (agent + task). Its limits are
+    per task, not per user: not a plan's (the quota profile's) to change."""
 
     max_entries: int = Field(100, ge=1, description="Keys per task scope; the next key is refused")
     max_bytes: int = Field(10_240, ge=1, description="Bytes per task scope; LRU eviction past it")
 
 
 class ShortTermSettings(_Block):
-    """Short-term memory: the conversation window of one session."""
+    """Short-term memory: the conversation window of one session. Its limits are per
+    session, not per user: not a plan's (the quota profile's) to change."""
 
     ttl_seconds: int = Field(3600, ge=1, description="Session lifetime, refreshed on each write")
     max_messages: int = Field(100, ge=1, description="Only the newest messages are kept")
@@ -301,12 +303,12 @@ class LongTermSettings(_Block):
         "the turn before it, with its speaker (ADR 0400); 0: each turn alone",
     )
     max_memories: int = Field(
-        10_000, ge=1, description="Per user of the 'default' quota profile; RESOURCE_EXHAUSTED"
+        10_000, ge=1, description="Per user, where the quota profile sets none; RESOURCE_EXHAUSTED"
     )
     max_bytes: int = Field(
         100 * 1024 * 1024,
         ge=1,
-        description="Content bytes per user of the 'default' quota profile; RESOURCE_EXHAUSTED",
+        description="Content bytes per user, where the quota profile sets none",
     )
 
 
@@ -317,7 +319,7 @@ class EpisodicSettings(_Block):
         90, ge=1, description="Episodes expire this many days after they are added (at most)"
     )
     max_episodes_per_agent: int = Field(
-        1000, ge=1, description="Live episodes per (user, agent); RESOURCE_EXHAUSTED past it"
+        1000, ge=1, description="Live episodes per (user, agent), where the quota profile sets none"
     )
     max_steps: int = Field(50, ge=1, description="Steps of one episode")
 
@@ -326,12 +328,12 @@ class StructuredSettings(_Block):
     """Structured memory: a user's JSON documents, searched and filtered by field."""
 
     max_documents: int = Field(
-        5000, ge=1, description="Live documents per user; RESOURCE_EXHAUSTED past it"
+        5000, ge=1, description="Live documents per user, where the quota profile sets none"
     )
     max_bytes: int = Field(
         50 * 1024 * 1024,
         ge=1,
-        description="Document JSON bytes per user; an add past it is refused",
+        description="Document JSON bytes per user, where the quota profile sets none",
     )
 
 
@@ -403,11 +405,26 @@ class SessionSettings(_Block):
 
 
 class QuotaProfile(_Block):
-    """The limits of one plan. Unset fields take the RT-006 per-user figures (pro)."""
+    """The limits of one plan: every per-user limit lives here. A field left unset takes
+    the default of its tier's block (`long_term.max_memories`, `structured.max_documents`,
+    ...): the tier blocks hold only the defaults a profile starts from."""
 
-    long_term_max_memories: int = Field(10_000, ge=1, description="Long-term memories per user")
-    long_term_max_bytes: int = Field(
-        100 * 1024 * 1024, ge=1, description="Long-term content bytes per user"
+    long_term_max_memories: int | None = Field(
+        None, ge=1, description="Long-term memories per user; unset: long_term.max_memories"
+    )
+    long_term_max_bytes: int | None = Field(
+        None, ge=1, description="Long-term content bytes per user; unset: long_term.max_bytes"
+    )
+    episodic_max_episodes_per_agent: int | None = Field(
+        None,
+        ge=1,
+        description="Live episodes per (user, agent); unset: episodic.max_episodes_per_agent",
+    )
+    structured_max_documents: int | None = Field(
+        None, ge=1, description="Structured documents per user; unset: structured.max_documents"
+    )
+    structured_max_bytes: int | None = Field(
+        None, ge=1, description="Document JSON bytes per user; unset: structured.max_bytes"
     )
     entity_max_entities: int = Field(5_000, ge=1, description="Entities per user")
     entity_max_relations: int = Field(
@@ -449,20 +466,9 @@ RT006_PROFILES: dict[str, dict[str, int]] = {
     },
 }
 
-# The profile built from the `long_term` block (and so `MEMORYD_LONG_TERM__MAX_MEMORIES`),
-# unless `profiles` defines one of this name.
+# The profile of users with no assignment: every limit its tier block's default (so
+# `MEMORYD_LONG_TERM__MAX_MEMORIES` sets it), unless `profiles` defines one of this name.
 DEFAULT_PROFILE = "default"
-
-
-class TierQuota(_Block):
-    """Per-user limits of one tier for users on the default profile."""
-
-    max_memories: int | None = Field(
-        None, ge=1, description="Overrides the default profile's long-term count limit"
-    )
-    max_bytes: int | None = Field(
-        None, ge=1, description="Overrides the default profile's long-term byte limit"
-    )
 
 
 class QuotaSettings(_Block):
@@ -478,10 +484,6 @@ class QuotaSettings(_Block):
         description="Named profiles; free/pro/enterprise are built in",
     )
     default_profile: str = Field(DEFAULT_PROFILE, description="Profile of users with no assignment")
-    long_term: TierQuota = Field(
-        default_factory=TierQuota,
-        description="Default-profile long-term limits (MEMORYD_QUOTAS__LONG_TERM__MAX_MEMORIES)",
-    )
     tenant_profiles: dict[str, str] = Field(
         default_factory=dict, description='Tenant -> profile, e.g. {"acme": "enterprise"}'
     )

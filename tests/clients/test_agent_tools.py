@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
-from chat_stub import Turn, chat_stub
-from limited_server import limited_server
 from openai import AsyncOpenAI
 
-from conftest import ServerFactory
-from grants import new_key
 from memoryd_client import NO_RETRY, AsyncMemoryClient, MemoryClient
 from memoryd_client.agents import memory_tools
 from memoryd_client.tools import MEMORY_INSTRUCTIONS, MemoryTools, function_schemas
-from redis_server import free_port
+from tests.conftest import ServerFactory
+from tests.support.chat_stub import Turn, chat_stub
+from tests.support.grants import new_key
+from tests.support.limited_server import limited_server
+from tests.support.redis_server import free_port
 
 
 def agent_for(tools: list, url: str) -> Agent:  # type: ignore[type-arg]

@@ -18,7 +18,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
-from scripted_server import Script, scripted_server
 
 from memoryd_client import (
     NO_RETRY,
@@ -29,6 +28,7 @@ from memoryd_client import (
     RetryPolicy,
     Unavailable,
 )
+from tests.support.scripted_server import Script, scripted_server
 
 
 def status(code: int, message: str, *details: object) -> status_pb2.Status:

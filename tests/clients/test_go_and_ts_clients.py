@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from limited_server import limited_server
 
-from conftest import ServerFactory
+from tests.conftest import ServerFactory
+from tests.support.limited_server import limited_server
 
 ROOT = Path(__file__).resolve().parents[2]
 GO_PACKAGE = "memoryd.dev/client"

@@ -10,9 +10,9 @@ import asyncio
 import pytest
 
 import load as bench
-from conftest import ServerFactory
 from memoryd.settings import WorkingSettings
 from memoryd.v1 import memory_pb2 as pb
+from tests.conftest import ServerFactory
 
 
 @pytest.fixture(scope="module")

@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from limited_server import limited_server
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import ServerFactory
 from memoryd.v1 import memory_pb2 as pb
 from memoryd_client import __version__
-from redis_server import free_port
+from tests.conftest import ServerFactory
+from tests.support.limited_server import limited_server
+from tests.support.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from limited_server import limited_server
 
-from conftest import RunningServer, ServerFactory
 from memoryd.cli.client_commands import add_client_commands, run_client_command
 from memoryd.transport import export_stream
 from memoryd.v1 import memory_pb2 as server_pb
@@ -34,6 +32,8 @@ from memoryd_client import (
     pb,
 )
 from memoryd_client._requests import ScopeArgs
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.limited_server import limited_server
 
 
 def target(s: RunningServer) -> str:

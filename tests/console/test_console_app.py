@@ -10,10 +10,10 @@ import httpx
 import pytest
 from cryptography.fernet import Fernet
 
-from console_stack import SESSION_KEY, Stack, csrf_of, signed_in, stack, web
 from memoryd.console.app import CSP, Console, create_app
 from memoryd.console.sessions import COOKIE
 from memoryd.v1 import memory_pb2 as pb
+from tests.support.console_stack import SESSION_KEY, Stack, csrf_of, signed_in, stack, web
 
 __all__ = ["stack"]  # the fixture, imported for the tests below
 

@@ -18,8 +18,8 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from console_stack import Stack, _Server, free_port, served, stack
 from memoryd.v1 import memory_pb2 as pb
+from tests.support.console_stack import Stack, _Server, free_port, served, stack
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(

@@ -24,8 +24,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from conftest import RunningServer
-from fuzz.strategies import (
+from memoryd.app import build_app
+from memoryd.settings import Settings
+from memoryd.stores.embeddings.port import Embedder
+from memoryd.transport.server import MemorydServer
+from memoryd.v1 import memory_pb2 as pb
+from tests.conftest import RunningServer
+from tests.fuzz.strategies import (
     USERS,
     adds,
     hand_encoded,
@@ -35,11 +40,6 @@ from fuzz.strategies import (
     messages_of,
     oversized_keys,
 )
-from memoryd.app import build_app
-from memoryd.settings import Settings
-from memoryd.stores.embeddings.port import Embedder
-from memoryd.transport.server import MemorydServer
-from memoryd.v1 import memory_pb2 as pb
 
 EXAMPLES = int(os.environ.get("MEMORYD_FUZZ_EXAMPLES", "25"))
 SEED = int(os.environ.get("MEMORYD_FUZZ_SEED", "20251123"))

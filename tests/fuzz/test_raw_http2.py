@@ -14,11 +14,11 @@ import h2.connection
 import h2.events
 import pytest
 
-from conftest import ServerFactory
-from grants import Caller, new_key
 from memoryd.transport.grpc_logs import WITHHELD
 from memoryd.v1 import memory_pb2 as pb
-from rpc import scope
+from tests.conftest import ServerFactory
+from tests.support.grants import Caller, new_key
+from tests.support.rpc import scope
 
 
 def raw_grpc_call(port: int, path: str, headers: list[tuple[bytes, bytes]], body: bytes) -> int:

@@ -10,11 +10,11 @@ import grpc
 import pytest
 from google.rpc import code_pb2
 
-from conftest import RunningServer, ServerFactory
 from memoryd.stores.vectors.port import Filter, MatchValue
 from memoryd.v1 import memory_pb2 as pb
-from rpc import bad_request_fields, rpc_error, scope
-from scrape import scrape
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.rpc import bad_request_fields, rpc_error, scope
+from tests.support.scrape import scrape
 
 LT = pb.TIER_LONG_TERM
 

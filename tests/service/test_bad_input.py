@@ -7,9 +7,9 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from conftest import RunningServer
 from memoryd.v1 import memory_pb2 as pb
-from rpc import bad_request_fields, rpc_error, scope
+from tests.conftest import RunningServer
+from tests.support.rpc import bad_request_fields, rpc_error, scope
 
 W, ST = pb.TIER_WORKING, pb.TIER_SHORT_TERM
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import grpc
 
-from conftest import RunningServer, ServerFactory
-from grants import Caller, new_key
 from memoryd.transport import export_stream
 from memoryd.v1 import memory_pb2 as pb
-from rpc import bad_request_fields, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.grants import Caller, new_key
+from tests.support.rpc import bad_request_fields, rpc_error, scope
 
 LT, PE, EN = pb.TIER_LONG_TERM, pb.TIER_PERSONA, pb.TIER_ENTITY
 

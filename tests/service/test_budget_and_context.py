@@ -5,10 +5,10 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from conftest import RunningServer
 from memoryd.core.retrieval.token_budget import TokenCounter
 from memoryd.v1 import memory_pb2 as pb
-from rpc import bad_request_fields, rpc_error, scope
+from tests.conftest import RunningServer
+from tests.support.rpc import bad_request_fields, rpc_error, scope
 
 LT, P = pb.TIER_LONG_TERM, pb.TIER_PERSONA
 

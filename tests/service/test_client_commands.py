@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
 from memoryd.cli.client_commands import add_client_commands, run_client_command
 from memoryd.cli.main import _parser as main_parser
 from memoryd.cli.main import main
 from memoryd.cli.progress import Progress
 from memoryd.v1 import memory_pb2 as pb
-from rpc import scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.rpc import scope
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -21,9 +21,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from memoryd.v1 import memory_pb2_grpc
-from openai_stub import OpenAIStub, running_openai_stub
-from redis_server import free_port
-from write_load import WriteLoad, missing_long_term
+from tests.support.openai_stub import OpenAIStub, running_openai_stub
+from tests.support.redis_server import free_port
+from tests.support.write_load import WriteLoad, missing_long_term
 
 SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"
 # More for a longer run: MEMORYD_CRASH_ROUNDS=20 (`make fuzz` sets it).

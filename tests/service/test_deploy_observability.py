@@ -9,10 +9,10 @@ from typing import Any
 
 import yaml
 
-from conftest import ServerFactory
 from memoryd.v1 import memory_pb2 as pb
-from rpc import scope
-from scrape import scrape
+from tests.conftest import ServerFactory
+from tests.support.rpc import scope
+from tests.support.scrape import scrape
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "observability"
 # Metric names in PromQL: ours all start so (RT-005's retention metrics with memory_).

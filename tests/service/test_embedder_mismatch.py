@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ServerFactory
-from memoryd.app import StartupRefused, build_app, build_embedder
+from memoryd.app import build_app, build_embedder
 from memoryd.cli.reindex import reindex
+from memoryd.core.startup import StartupRefused
 from memoryd.settings import Settings
 from memoryd.v1 import memory_pb2 as pb
-from openai_stub import OpenAIStub, start_openai_stub
-from rpc import scope
+from tests.conftest import ServerFactory
+from tests.support.openai_stub import OpenAIStub, start_openai_stub
+from tests.support.rpc import scope
 
 
 @pytest.fixture

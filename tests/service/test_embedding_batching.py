@@ -15,10 +15,10 @@ import asyncio
 import grpc
 import pytest
 
-from conftest import RunningServer, ServerFactory
 from memoryd.v1 import memory_pb2 as pb
-from rpc import scope
-from unit.unit_kit import LIVENESS_S, GatedEmbedder
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.rpc import scope
+from tests.unit.unit_kit import LIVENESS_S, GatedEmbedder
 
 
 @pytest.fixture

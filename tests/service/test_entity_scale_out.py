@@ -18,10 +18,7 @@ from typing import Any
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from test_entity_tier import entity, relate, small_quota
-from test_export_import import export, stream
 
-from conftest import RunningServer, ServerFactory
 from memoryd.core.errors import QuotaExceeded
 from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.models import Entity, Relation, Scope
@@ -31,10 +28,13 @@ from memoryd.stores import locks, usage
 from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
 from memoryd.stores.usage.port import CounterKey
 from memoryd.v1 import memory_pb2 as pb
-from openai_stub import start_openai_stub
-from redis_cluster import RedisCluster
-from redis_server import RedisServer
-from rpc import rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.service.test_entity_tier import entity, relate, small_quota
+from tests.service.test_export_import import export, stream
+from tests.support.openai_stub import start_openai_stub
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import rpc_error, scope
 
 E = pb.TIER_ENTITY
 
@@ -57,7 +57,6 @@ async def counted(s: RunningServer, user: str) -> tuple[int, int]:
     """What the counters say: entities as Usage reports them, relations from their counter."""
     usage_ = await s.stub.Usage(pb.UsageRequest(scope=scope(user)))
     [tier] = [t for t in usage_.tiers if t.tier == E]
-    assert s.app.counters is not None
     relations = await s.app.counters.get(CounterKey("default", user, "entity/relations"))
     return tier.count, relations.count if relations is not None else -1
 
@@ -140,7 +139,6 @@ async def test_maintenance_corrects_entity_counters_that_drifted(
 ) -> None:
     s = await start_server(**redis_family)
     await relate(s, user_id, "Ana", "knows", "Juan")
-    assert s.app.counters is not None
     for kind in ("entity/entities", "entity/relations"):
         key = CounterKey("default", user_id, kind)
         await s.app.counters.forget(key, {str(uuid.uuid4()): 0})  # a removal that never was
@@ -193,7 +191,6 @@ async def second_replica(
     adapter = "redis_cluster" if settings.redis_cluster else "redis"
     counters = usage.ADAPTERS[adapter](settings)
     user_locks = locks.ADAPTERS[adapter](settings)
-    assert s.app.memory is not None
     tier = EntityTier(
         s.app.memory,
         settings.entity,

@@ -9,13 +9,13 @@ from typing import Any
 
 import grpc
 import pytest
-from test_export_import import export, stream
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
 from memoryd.settings import QuotaProfile
 from memoryd.v1 import memory_pb2 as pb
-from rpc import bad_request_fields, quota_failure, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.service.test_export_import import export, stream
+from tests.support.clock import MovableClock
+from tests.support.rpc import bad_request_fields, quota_failure, rpc_error, scope
 
 E = pb.TIER_ENTITY
 

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
 from memoryd.cli.backup import BackupCorrupt, backup, restore
 from memoryd.cli.main import main
 from memoryd.v1 import memory_pb2 as pb
-from redis_server import RedisServer
-from rpc import scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import scope
 
 WK, ST, LT, PE = pb.TIER_WORKING, pb.TIER_SHORT_TERM, pb.TIER_LONG_TERM, pb.TIER_PERSONA
 EP, SD, EN = pb.TIER_EPISODIC, pb.TIER_STRUCTURED, pb.TIER_ENTITY
@@ -125,7 +125,6 @@ async def test_erasure_removes_the_user_everywhere_and_leaves_others_alone(
     other = f"{user_id}-other"
     await fill(s, clock, user_id)
     await fill(s, clock, other)
-    assert s.app.memory is not None and s.app.backups is not None
     await backup(s.app.engine, s.app.memory, s.app.backups, clock(), 30)
     others_before = sorted(i.id for i in await everything(s, other))
     day = datetime.fromtimestamp(clock(), tz=UTC).strftime("%Y-%m-%d")
@@ -247,7 +246,6 @@ async def test_after_erasure_no_file_holds_the_users_text_but_what_the_engine_ke
         text = f"Quixotic{uuid.uuid4().hex}"
         await fill(s, clock, user_id, text)
         await fill(s, clock, f"{user_id}-other", "someone else")
-        assert s.app.memory is not None and s.app.backups is not None
         await backup(s.app.engine, s.app.memory, s.app.backups, clock(), 30)
         await s.app.copier.stop()  # the next message's durable copy stays queued
         await add(s, scope(user_id, session_id="s3"), ST, f"{text} queued message")
@@ -284,7 +282,6 @@ async def test_backup_then_restore_brings_erased_memories_back_with_their_ids(
     start_server: ServerFactory, clock: MovableClock, user_id: str, tmp_path: Path
 ) -> None:
     s = await start_server(clock=clock)
-    assert s.app.memory is not None and s.app.backups is not None
     await add(s, scope(user_id), LT, "User prefers window seats", metadata={"src": "chat"})
     gone = await add(s, scope(user_id), LT, "User is vegetarian")
     await s.stub.Delete(pb.DeleteRequest(scope=scope(user_id), tier=LT, ids=[gone]))
@@ -332,7 +329,6 @@ async def backed_up_then_pruned(
     s: RunningServer, clock: MovableClock, user_id: str, tmp_path: Path
 ) -> tuple[Path, dict[str, pb.MemoryItem]]:
     """A backup of a long-term memory and a persona fact, both then pruned."""
-    assert s.app.memory is not None and s.app.backups is not None
     await add(s, scope(user_id), LT, "User prefers window seats", metadata={"src": "chat"})
     await add(s, scope(user_id), PE, "Ana", key="name")
     before = {i.id: i for i in await everything(s, user_id)}
@@ -353,8 +349,6 @@ async def test_a_damaged_backup_is_refused_and_nothing_is_restored(
     lines = backup_lines(path)
     lines[2]["item"]["content"] = "User prefers aisle seats"
     rewrite_backup(path, lines)
-
-    assert s.app.backups is not None
     with pytest.raises(BackupCorrupt, match=r"trailer\.checksum_sha256"):
         await restore(s.app.engine, s.app.backups, user_id=user_id)
     assert await everything(s, user_id) == []
@@ -364,7 +358,6 @@ async def test_backup_days_older_than_the_retention_are_deleted(
     start_server: ServerFactory, clock: MovableClock, user_id: str, tmp_path: Path
 ) -> None:
     s = await start_server(clock=clock)
-    assert s.app.memory is not None and s.app.backups is not None
     await add(s, scope(user_id), LT, "User prefers window seats")
     days = []
     for _ in range(3):  # 2024-01-15, then 20 and 40 days later

@@ -10,10 +10,10 @@ from typing import Any
 
 import grpc
 
-from conftest import RunningServer
 from memoryd.transport.export_stream import canonical_item
 from memoryd.v1 import memory_pb2 as pb
-from rpc import bad_request_fields, rpc_error, scope
+from tests.conftest import RunningServer
+from tests.support.rpc import bad_request_fields, rpc_error, scope
 
 ALL_TIERS = [pb.TIER_WORKING, pb.TIER_SHORT_TERM, pb.TIER_LONG_TERM, pb.TIER_PERSONA]
 

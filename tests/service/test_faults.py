@@ -18,15 +18,16 @@ import pytest
 import redis.asyncio as aioredis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import RunningServer, ServerFactory
-from memoryd.app import StartupRefused, build_app
+from memoryd.app import build_app
+from memoryd.core.startup import StartupRefused
 from memoryd.settings import Settings
 from memoryd.stores.hot.port import HotStoreDown, SessionKey, SessionMessage
 from memoryd.stores.hot.redis_store import RedisHotStore
 from memoryd.v1 import memory_pb2 as pb
-from redis_server import RedisServer
-from rpc import rpc_error, scope
-from write_load import WriteLoad, missing_long_term
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import rpc_error, scope
+from tests.support.write_load import WriteLoad, missing_long_term
 
 SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"
 SERVING = health_pb2.HealthCheckResponse.SERVING

@@ -15,13 +15,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import ServerFactory
 from memoryd.stores.queue.file_queue import FileQueue
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
-from openai_stub import OpenAIStub, start_openai_stub
-from redis_server import free_port
-from rpc import scope
+from tests.conftest import ServerFactory
+from tests.support.openai_stub import OpenAIStub, start_openai_stub
+from tests.support.redis_server import free_port
+from tests.support.rpc import scope
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVING = health_pb2.HealthCheckResponse.SERVING

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ServerFactory
 from memoryd.cli import health
 from memoryd.cli.entry import main
 from memoryd.cli.main import main as full_command_line
-from redis_server import RedisServer, free_port
+from tests.conftest import ServerFactory
+from tests.support.redis_server import RedisServer, free_port
 
 SERVICE = "memoryd.v1.MemoryService"
 SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"

@@ -14,7 +14,6 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2
 
-from conftest import RunningServer, ServerFactory
 from memoryd.core.errors import echo
 from memoryd.core.memory.payload import content_hash, to_payload
 from memoryd.core.models import Kind, MemoryRecord, Scope, Tier
@@ -22,7 +21,8 @@ from memoryd.core.ratelimit_log import EveryFewSeconds
 from memoryd.stores.vectors.port import VectorPoint
 from memoryd.transport import interceptors
 from memoryd.v1 import memory_pb2 as pb
-from rpc import bad_request_fields, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.rpc import bad_request_fields, rpc_error, scope
 
 LT, SD = pb.TIER_LONG_TERM, pb.TIER_STRUCTURED
 # The last instant a google.protobuf.Timestamp can hold: 9999-12-31T23:59:59.999999999Z.

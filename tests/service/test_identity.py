@@ -20,20 +20,20 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
-from grants import Caller, bearer, error_info, new_key
-from memoryd.app import StartupRefused
 from memoryd.cli.backup import backup
 from memoryd.cli.client_commands import run_client_command
 from memoryd.cli.main import _parser as main_parser
 from memoryd.cli.main import main
+from memoryd.core.startup import StartupRefused
 from memoryd.settings import Settings
 from memoryd.stores.keys.file import KeysFile
 from memoryd.transport.identity import check_exposure
 from memoryd.v1 import memory_pb2 as pb
-from redis_server import free_port
-from rpc import rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.grants import Caller, bearer, error_info, new_key
+from tests.support.redis_server import free_port
+from tests.support.rpc import rpc_error, scope
 
 LT, PE, WK, ST = pb.TIER_LONG_TERM, pb.TIER_PERSONA, pb.TIER_WORKING, pb.TIER_SHORT_TERM
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
@@ -329,7 +329,6 @@ async def test_erasing_a_user_in_one_tenant_leaves_that_user_id_in_another_whole
         await caller.Add(add(scope("u1", agent_id="a", task_id="t"), "w", tier=WK, key="k"))
         await caller.Add(add(scope("u1", session_id="s"), f"{name} said hi", tier=ST))
     await s.app.copier.drain()
-    assert s.app.memory is not None and s.app.backups is not None
     await backup(s.app.engine, s.app.memory, s.app.backups, clock(), 30)
 
     async def everything(caller: Caller) -> list[str]:

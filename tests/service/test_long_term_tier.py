@@ -12,11 +12,11 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
 from memoryd.stores.vectors.port import Filter, MatchValue
 from memoryd.v1 import memory_pb2 as pb
-from rpc import quota_failure, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.rpc import quota_failure, rpc_error, scope
 
 LT = pb.TIER_LONG_TERM
 

@@ -16,15 +16,15 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import RunningServer, ServerFactory
 from memoryd.core.observe import text_sha256
 from memoryd.settings import MetricsSettings
+from memoryd.telemetry.metrics import ALLOWED_LABELS, LATENCY_BUCKETS
 from memoryd.transport.logs import LogFormat, configure_logging
-from memoryd.transport.metrics import ALLOWED_LABELS, LATENCY_BUCKETS
 from memoryd.v1 import memory_pb2 as pb
-from redis_server import RedisServer
-from rpc import rpc_error, scope
-from scrape import Scrape, scrape
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import rpc_error, scope
+from tests.support.scrape import Scrape, scrape
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

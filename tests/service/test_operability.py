@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ServerFactory
-from grants import new_key
 from memoryd.cli.backup import backup
 from memoryd.cli.main import main
 from memoryd.core.memory.payload import content_hash, to_payload
 from memoryd.core.models import Kind, MemoryRecord, Scope, Tier
 from memoryd.stores.vectors.port import VectorPoint
 from memoryd.v1 import memory_pb2 as pb
-from rpc import scope
+from tests.conftest import ServerFactory
+from tests.support.grants import new_key
+from tests.support.rpc import scope
 
 SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"
 
@@ -45,7 +45,6 @@ async def test_a_backup_goes_on_past_a_user_it_cannot_back_up(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     s = await start_server()
-    assert s.app.memory is not None and s.app.backups is not None
     # Users are backed up in name order: the broken one comes first.
     broken, fine, also_fine = "user-a-broken", "user-b-fine", "user-c-fine"
     corrupt_memory(s.app.vectors, broken)

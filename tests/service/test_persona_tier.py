@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
 from memoryd.v1 import memory_pb2 as pb
-from rpc import scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.rpc import scope
 
 P = pb.TIER_PERSONA
 
@@ -70,7 +70,7 @@ async def test_a_query_searches_facts_semantically(memoryd: RunningServer, user_
 
 
 async def test_persona_needs_a_key(memoryd: RunningServer, user_id: str) -> None:
-    from rpc import bad_request_fields, rpc_error
+    from tests.support.rpc import bad_request_fields, rpc_error
 
     err = await rpc_error(
         memoryd.stub.Add(pb.AddRequest(scope=scope(user_id), tier=P, content="x"))

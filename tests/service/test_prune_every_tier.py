@@ -9,9 +9,9 @@ from typing import Any
 import grpc
 import pytest
 
-from conftest import RunningServer, ServerFactory
 from memoryd.v1 import memory_pb2 as pb
-from rpc import rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.rpc import rpc_error, scope
 
 WK, ST, LT, PE = pb.TIER_WORKING, pb.TIER_SHORT_TERM, pb.TIER_LONG_TERM, pb.TIER_PERSONA
 EP, EN, SD = pb.TIER_EPISODIC, pb.TIER_ENTITY, pb.TIER_STRUCTURED

@@ -3,7 +3,6 @@ conversation messages, and Import (this version has no AddBatch)."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import uuid
 from collections.abc import Iterator
@@ -12,12 +11,13 @@ from typing import Any
 import grpc
 import pytest
 
-from conftest import RunningServer, ServerFactory
 from memoryd.core.models import MemoryRecord, Role, Scope, Tier
 from memoryd.core.ratelimit_log import EveryFewSeconds
 from memoryd.core.tiers import long_term as long_term_tier
+from memoryd.transport.export_stream import Checksum
 from memoryd.v1 import memory_pb2 as pb
-from rpc import quota_failure, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.rpc import quota_failure, rpc_error, scope
 
 ST, LT, EP, SD = pb.TIER_SHORT_TERM, pb.TIER_LONG_TERM, pb.TIER_EPISODIC, pb.TIER_STRUCTURED
 LIMIT = 3
@@ -66,14 +66,12 @@ def item(tier: pb.Tier.ValueType, **kw: Any) -> pb.MemoryItem:
 
 
 def stream(user: str, items: list[pb.MemoryItem], auto_prune: bool = False) -> Iterator[Any]:
-    digest = hashlib.sha256()
+    checksum = Checksum()
     yield pb.ImportRequest(scope=scope(user), auto_prune=auto_prune)
     for i in items:
-        digest.update(i.SerializeToString(deterministic=True))
+        checksum.add(i)
         yield pb.ImportRequest(item=i)
-    yield pb.ImportRequest(
-        trailer=pb.ExportTrailer(item_count=len(items), checksum_sha256=digest.hexdigest())
-    )
+    yield pb.ImportRequest(trailer=checksum.trailer())
 
 
 # --------------------------------------------------------------------------- Add
@@ -253,3 +251,29 @@ async def test_structured_and_episodic_imports_meet_their_quotas(
     assert (await small.stub.Import(stream(user_id, fits))).imported_count == 3
     err = await rpc_error(small.stub.Import(stream(user_id, [episode("a", 2)])))
     assert quota_failure(err).violations[0].subject == f"episodic:{user_id}/a"
+
+
+async def test_a_users_quota_profile_sets_their_structured_and_episodic_limits(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    """The plan a user is on sets every per-user limit: here one document and one episode
+    per agent, where the tier blocks' defaults would allow thousands."""
+    s = await start_server(
+        quotas={
+            "profiles": {
+                "tiny": {"structured_max_documents": 1, "episodic_max_episodes_per_agent": 1}
+            },
+            "default_profile": "tiny",
+        }
+    )
+    me = scope(user_id)
+    await s.stub.Add(pb.AddRequest(scope=me, tier=SD, document_json='{"n": 1}'))
+    err = await rpc_error(s.stub.Add(pb.AddRequest(scope=me, tier=SD, document_json='{"n": 2}')))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "max: 1 " in (err.details() or "")
+    episode = pb.Episode(task="book a flight", steps=[pb.EpisodeStep(action="search")])
+    agent = scope(user_id, agent_id="planner")
+    await s.stub.Add(pb.AddRequest(scope=agent, tier=EP, episode=episode))
+    err = await rpc_error(s.stub.Add(pb.AddRequest(scope=agent, tier=EP, episode=episode)))
+    assert quota_failure(err).violations[0].subject == f"episodic:{user_id}/planner"
+    usage = await s.stub.Usage(pb.UsageRequest(scope=agent))
+    assert {u.tier: u.max_count for u in usage.tiers if u.tier in (SD, EP)} == {SD: 1, EP: 1}

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import grpc
-from test_quotas import bulk_load, live_count
 
-from conftest import ServerFactory
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
-from rpc import quota_failure, rpc_error, scope
+from tests.conftest import ServerFactory
+from tests.service.test_quotas import bulk_load, live_count
+from tests.support.rpc import quota_failure, rpc_error, scope
 
 LT = pb.TIER_LONG_TERM
 

@@ -9,12 +9,12 @@ import uuid
 
 import grpc
 
-from conftest import RunningServer, ServerFactory
 from memoryd.core.memory.payload import content_hash, to_payload
 from memoryd.core.models import Kind, MemoryRecord, Scope, Tier
 from memoryd.stores.vectors.port import Filter, MatchValue, VectorPoint
 from memoryd.v1 import memory_pb2 as pb
-from rpc import scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.rpc import scope
 
 LT = pb.TIER_LONG_TERM
 

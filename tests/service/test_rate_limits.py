@@ -11,12 +11,12 @@ from typing import Any
 import grpc
 import pytest
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
-from grants import Caller, error_info, new_key, retry_delay_s
 from memoryd.v1 import memory_pb2 as pb
-from redis_cluster import RedisCluster
-from rpc import quota_failure, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.grants import Caller, error_info, new_key, retry_delay_s
+from tests.support.redis_cluster import RedisCluster
+from tests.support.rpc import quota_failure, rpc_error, scope
 
 LT, WK = pb.TIER_LONG_TERM, pb.TIER_WORKING
 # A profile of our own: 3 queries and 2 writes a minute.

@@ -8,7 +8,7 @@ import io
 import re
 from pathlib import Path
 
-from conftest import ServerFactory
+from tests.conftest import ServerFactory
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -29,10 +29,10 @@ from memoryd.stores.queue.redis_stream import CLUSTER_STREAM, STREAM
 from memoryd.stores.redis_clients import AsyncClient, open_async
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
-from openai_stub import OpenAIStub, start_openai_stub
-from redis_cluster import RedisCluster
-from redis_server import RedisServer, free_port
-from rpc import scope
+from tests.support.openai_stub import OpenAIStub, start_openai_stub
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.rpc import scope
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVING = health_pb2.HealthCheckResponse.SERVING

@@ -16,12 +16,12 @@ from typing import Any
 import grpc
 import pytest
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
 from memoryd.cli.main import main
 from memoryd.core.lifecycle.maintenance import MaintenanceLoop
 from memoryd.v1 import memory_pb2 as pb
-from rpc import bad_request_fields, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.rpc import bad_request_fields, rpc_error, scope
 
 LT = pb.TIER_LONG_TERM
 DAY = 86_400.0

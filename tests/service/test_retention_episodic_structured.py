@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
 from memoryd.cli.main import main
 from memoryd.core.models import Tier
 from memoryd.v1 import memory_pb2 as pb
-from rpc import scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.rpc import scope
 
 EP, SD = pb.TIER_EPISODIC, pb.TIER_STRUCTURED
 DAY = 86_400

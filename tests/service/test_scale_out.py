@@ -11,15 +11,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from conftest import RunningServer, ServerFactory
 from memoryd.settings import RetentionSettings, WorkingSettings
 from memoryd.stores.lease.redis_lease import MAINTENANCE_KEY, RedisLease
 from memoryd.stores.queue.redis_stream import CLUSTER_STREAM, RedisStreamQueue
 from memoryd.stores.redis_clients import AsyncClient, open_async
 from memoryd.v1 import memory_pb2 as pb
-from redis_cluster import RedisCluster
-from redis_server import RedisServer
-from rpc import scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import scope
 
 W = pb.TIER_WORKING
 

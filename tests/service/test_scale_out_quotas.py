@@ -26,11 +26,11 @@ from memoryd.stores.usage.port import CounterKey
 from memoryd.stores.usage.redis_counters import RedisCounters
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
-from openai_stub import OpenAIStub, running_openai_stub
-from redis_cluster import RedisCluster
-from redis_server import RedisServer, free_port
-from rpc import scope
-from write_load import missing_long_term
+from tests.support.openai_stub import OpenAIStub, running_openai_stub
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.rpc import scope
+from tests.support.write_load import missing_long_term
 
 SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"
 LT, E = pb.TIER_LONG_TERM, pb.TIER_ENTITY

@@ -14,9 +14,7 @@ import asyncio
 import grpc
 import pytest
 import redis.asyncio as aioredis
-from test_quotas import bulk_load, live_count
 
-from conftest import RunningServer, ServerFactory
 from memoryd.app import build_embedder
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.cache import CachedEmbedder
@@ -25,8 +23,10 @@ from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.hot.port import SessionKey
 from memoryd.stores.hot.redis_store import session_keys
 from memoryd.v1 import memory_pb2 as pb
-from redis_server import RedisServer
-from rpc import quota_failure, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.service.test_quotas import bulk_load, live_count
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import quota_failure, rpc_error, scope
 
 LT = pb.TIER_LONG_TERM
 SKI_MEMORIES = [

@@ -14,16 +14,17 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from conftest import RunningServer, ServerFactory
-from memoryd.app import StartupRefused, build_app
+from memoryd.app import build_app
+from memoryd.core.startup import StartupRefused
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.port import Embedder
 from memoryd.transport.health import LIVENESS_NAME
 from memoryd.transport.server import MemorydServer
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
-from redis_server import RedisServer, free_port
-from rpc import rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.rpc import rpc_error, scope
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -13,13 +13,13 @@ from typing import Any
 import grpc
 import pytest
 from google.rpc import error_details_pb2
-from test_export_import import export, stream
 
-from conftest import RunningServer, ServerFactory
 from memoryd.v1 import memory_pb2 as pb
-from openai_stub import ChatReply, OpenAIStub, start_openai_stub
-from redis_server import RedisServer
-from rpc import bad_request_fields, rich_status, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.service.test_export_import import export, stream
+from tests.support.openai_stub import ChatReply, OpenAIStub, start_openai_stub
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import bad_request_fields, rich_status, rpc_error, scope
 
 ST, P, E, EP = pb.TIER_SHORT_TERM, pb.TIER_PERSONA, pb.TIER_ENTITY, pb.TIER_EPISODIC
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from conftest import RunningServer, ServerFactory, server_on
 from memoryd.stores.hot.port import SessionKey
 from memoryd.stores.hot.redis_store import session_keys
 from memoryd.v1 import memory_pb2 as pb
-from redis_server import RedisServer
-from rpc import scope
+from tests.conftest import RunningServer, ServerFactory, server_on
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import scope
 
 ST = pb.TIER_SHORT_TERM
 

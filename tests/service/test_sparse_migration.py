@@ -8,17 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ServerFactory
-from memoryd.app import StartupRefused, build_app
+from memoryd.app import build_app
 from memoryd.cli.reindex import reindex
 from memoryd.core.memory.payload import embed_text_of
 from memoryd.core.retrieval.bm25 import ENCODER_NAME, BM25Encoder
+from memoryd.core.startup import StartupRefused
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.vectors.edge_store import EdgeVectorStore
 from memoryd.stores.vectors.port import TERMS_FIELD, SparseVector, VectorPoint
 from memoryd.v1 import memory_pb2 as pb
-from rpc import scope
+from tests.conftest import ServerFactory
+from tests.support.rpc import scope
 
 LT = pb.TIER_LONG_TERM
 MEMORIES = ["User enjoys skiing", "User avoids advanced slopes", "User drinks green tea"]

@@ -12,10 +12,10 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
 from memoryd.v1 import memory_pb2 as pb
-from rpc import bad_request_fields, quota_failure, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.rpc import bad_request_fields, quota_failure, rpc_error, scope
 
 SD = pb.TIER_STRUCTURED
 DAY = 86_400

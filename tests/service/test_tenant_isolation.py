@@ -30,12 +30,12 @@ from typing import Any
 import grpc
 import pytest
 
-from conftest import RunningServer, ServerFactory
-from grants import Caller, new_key
 from memoryd.stores.keys.file import KeysFile
 from memoryd.v1 import memory_pb2 as pb
-from redis_server import RedisServer
-from rpc import scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.grants import Caller, new_key
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import scope
 
 # Calls per vector adapter: the embedded engine takes the full 10,000; qdrant-client's local
 # mode (a pure-Python reference engine standing in for a Qdrant server) answers a hybrid

@@ -13,14 +13,14 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from certs import CertificateAuthority, Issued
-from conftest import ServerFactory
-from grants import bearer, error_info, new_key
 from memoryd.cli.client_commands import run_client_command
 from memoryd.cli.main import _parser as main_parser
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
-from rpc import rpc_error, scope
+from tests.conftest import ServerFactory
+from tests.support.certs import CertificateAuthority, Issued
+from tests.support.grants import bearer, error_info, new_key
+from tests.support.rpc import rpc_error, scope
 
 LT = pb.TIER_LONG_TERM
 

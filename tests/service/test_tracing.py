@@ -10,11 +10,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
 
-from conftest import RunningServer, ServerFactory
 from memoryd.settings import Settings, TracingSettings
-from memoryd.transport.telemetry import Telemetry
+from memoryd.telemetry import Telemetry
 from memoryd.v1 import memory_pb2 as pb
-from rpc import scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.rpc import scope
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN_ID = "00f067aa0ba902b7"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import grpc
 
-from conftest import RunningServer, ServerFactory
 from memoryd.v1 import memory_pb2 as pb
-from rpc import bad_request_fields, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.rpc import bad_request_fields, rpc_error, scope
 
 
 async def usage(s: RunningServer, user: str) -> pb.UsageResponse:

@@ -19,15 +19,15 @@ import pytest
 import redis.asyncio as aioredis
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
 from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
 from memoryd.stores.usage.port import CounterKey
 from memoryd.v1 import memory_pb2 as pb
-from openai_stub import start_openai_stub
-from redis_cluster import RedisCluster
-from redis_server import RedisServer
-from rpc import quota_failure, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.openai_stub import start_openai_stub
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import quota_failure, rpc_error, scope
 
 LT, ST = pb.TIER_LONG_TERM, pb.TIER_SHORT_TERM
 EP, SD = pb.TIER_EPISODIC, pb.TIER_STRUCTURED
@@ -183,7 +183,6 @@ async def test_maintenance_corrects_a_counter_that_drifted(
     s = await start_server(long_term={"max_memories": 5}, **redis_family)
     for n in range(3):
         await s.stub.Add(add(user_id, f"Fact {n}"))
-    assert s.app.counters is not None
     key = CounterKey("default", user_id, "long_term")
     # Drift: a removal counted that never happened in the store.
     await s.app.counters.forget(key, {str(uuid.uuid4()): 6, str(uuid.uuid4()): 6})
@@ -221,7 +220,6 @@ async def test_a_counter_dropped_on_a_cluster_is_rebuilt_from_the_store(
     )
     for n in range(3):
         await s.stub.Add(add(user_id, f"Fact {n}"))
-    assert s.app.counters is not None
     await s.app.counters.drop(CounterKey("default", user_id, "long_term"))
     assert await counted(s, user_id) == (3, 18)
     await s.stub.Add(add(user_id, "Fact 3"))
@@ -277,7 +275,6 @@ async def test_episodic_counters_per_agent_follow_adds_deletes_and_prunes(
         len(items),
         sum(len(i.content.encode()) for i in items),
     )
-    assert s.app.counters is not None
     for agent in ("planner", "coder"):
         mine = [i for i in items if i.agent_id == agent]
         got = await s.app.counters.get(CounterKey("default", user_id, f"episodic/{agent}"))

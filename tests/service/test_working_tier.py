@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from conftest import RunningServer, ServerFactory, server_on
 from memoryd.v1 import memory_pb2 as pb
-from rpc import quota_failure, rpc_error, scope
+from tests.conftest import RunningServer, ServerFactory, server_on
+from tests.support.rpc import quota_failure, rpc_error, scope
 
 W = pb.TIER_WORKING
 

@@ -22,10 +22,10 @@ from memoryd.stores.queue.port import QueueDown
 from memoryd.transport.server import MemorydServer
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
-from openai_stub import OpenAIStub, start_openai_stub
-from redis_server import RedisServer
-from rpc import scope
-from unit.unit_kit import LIVENESS_S
+from tests.support.openai_stub import OpenAIStub, start_openai_stub
+from tests.support.redis_server import RedisServer
+from tests.support.rpc import scope
+from tests.unit.unit_kit import LIVENESS_S
 
 FAILED = "I am allergic to peanuts"
 LATER = "I live in Lisbon"

@@ -1,8 +1,8 @@
 """Embedders: local MiniLM, the OpenAI-compatible HTTP adapter, and the caching decorator.
 
 The OpenAI adapter runs against a real HTTP server on 127.0.0.1 that speaks the
-``POST /v1/embeddings`` shape (tests/openai_stub.py); the Redis cache against a private
-redis-server on a free port (tests/redis_server.py).
+``POST /v1/embeddings`` shape (tests/support/openai_stub.py); the Redis cache against a private
+redis-server on a free port (tests/support/redis_server.py).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from memoryd.stores.embeddings import (
     OpenAIEmbedder,
 )
 from memoryd.stores.embeddings.minilm import bundled_model_path
-from openai_stub import OpenAIStub, running_openai_stub, stub_vector
-from redis_cluster import RedisCluster
-from redis_server import RedisServer, free_port
+from tests.support.openai_stub import OpenAIStub, running_openai_stub, stub_vector
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer, free_port
 
 SERVICE_ROOT = Path(__file__).resolve().parents[2] / "service"
 WEEK_S = 7 * 24 * 3600
@@ -148,7 +148,7 @@ class TestMiniLM:
         )
 
 
-# --- OpenAI-compatible HTTP adapter, against tests/openai_stub.py -------------------
+# --- OpenAI-compatible HTTP adapter, against tests/support/openai_stub.py -------------------
 
 
 @pytest.fixture
@@ -307,7 +307,7 @@ def float32(vector: Sequence[float]) -> list[float]:
 
 @dataclass
 class PrivateRedis:
-    """A private redis-server (tests/redis_server.py) and a client connected to it."""
+    """A private redis-server (tests/support/redis_server.py) and a client connected to it."""
 
     server: RedisServer
     client: redis.Redis

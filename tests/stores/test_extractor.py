@@ -13,7 +13,7 @@ from memoryd.core.errors import StoreUnavailable
 from memoryd.core.models import MemoryRecord, Role, Tier
 from memoryd.core.sessions.extraction import ReplyLimits, SessionExtractor
 from memoryd.stores.extractor.openai_chat import OpenAIChatExtractor
-from openai_stub import ChatReply, OpenAIStub, start_openai_stub
+from tests.support.openai_stub import ChatReply, OpenAIStub, start_openai_stub
 
 GOOD = json.dumps(
     {

@@ -25,7 +25,7 @@ from memoryd.stores.embeddings.minilm_onnx import (
     prepare_quantized,
     verified_source,
 )
-from unit.unit_kit import LIVENESS_S
+from tests.unit.unit_kit import LIVENESS_S
 
 pytestmark = pytest.mark.slow
 

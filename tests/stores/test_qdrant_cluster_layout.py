@@ -14,7 +14,8 @@ import pytest
 from qdrant_client import models
 from qdrant_client.conversions.conversion import RestToGrpc
 
-from memoryd.app import StartupRefused, open_vector_store
+from memoryd.app import open_vector_store
+from memoryd.core.startup import StartupRefused
 from memoryd.settings import InvalidSettings, Settings, check_environment
 from memoryd.stores.vectors.port import (
     DENSE_VECTOR,
@@ -27,7 +28,7 @@ from memoryd.stores.vectors.qdrant_server_store import (
     collection_params,
     search_params,
 )
-from vector_stores import CLUSTER_SETTINGS, ShardedQdrantStore
+from tests.support.vector_stores import CLUSTER_SETTINGS, ShardedQdrantStore
 
 DIM = 4
 

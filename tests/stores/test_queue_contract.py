@@ -17,8 +17,8 @@ from memoryd.stores import queue as queues
 from memoryd.stores.queue.file_queue import FileQueue
 from memoryd.stores.queue.port import QueueDown, WriteBehindQueue
 from memoryd.stores.queue.redis_stream import RedisStreamQueue
-from redis_cluster import RedisCluster
-from redis_server import RedisServer
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_server import RedisServer
 
 Opener = Callable[[], Awaitable[WriteBehindQueue]]
 T = TypeVar("T")

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import redis.asyncio as aioredis
 
-from conftest import redis_settings
 from memoryd.stores import ratelimit
 from memoryd.stores.ratelimit.port import BucketKey, Rate, TokenBuckets
 from memoryd.stores.ratelimit.redis_buckets import RedisBuckets, bucket_key
-from redis_server import RedisServer
+from tests.conftest import redis_settings
+from tests.support.redis_server import RedisServer
 
 T0 = 1_700_000_000.0
 TEN_A_MINUTE = Rate.per_minute(10)

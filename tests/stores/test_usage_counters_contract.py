@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from conftest import redis_settings
 from memoryd.stores import usage
 from memoryd.stores.usage.port import Counted, CounterKey, Outcome, UsageCounters
+from tests.conftest import redis_settings
 
 
 @pytest.fixture(params=sorted(usage.ADAPTERS))

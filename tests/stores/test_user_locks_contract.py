@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from conftest import redis_settings
 from memoryd.settings import Settings
 from memoryd.stores import locks
 from memoryd.stores.locks.port import LockBusy, LocksUnavailable, UserLocks
 from memoryd.stores.locks.redis_locks import RedisLocks, lock_key
-from redis_server import RedisServer
+from tests.conftest import redis_settings
+from tests.support.redis_server import RedisServer
 
 REDIS_ADAPTERS = sorted(set(locks.ADAPTERS) - {"in_process"})
 

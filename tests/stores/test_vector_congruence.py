@@ -45,7 +45,7 @@ from memoryd.stores.vectors.port import (
     VectorPoint,
     VectorStore,
 )
-from vector_stores import ADAPTERS, SHARDED, ShardedQdrantStore, open_store
+from tests.support.vector_stores import ADAPTERS, SHARDED, ShardedQdrantStore, open_store
 
 REFERENCE = "edge"
 SEEDS = (11, 22, 33)

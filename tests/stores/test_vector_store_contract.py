@@ -44,7 +44,7 @@ from memoryd.stores.vectors.port import (
     VectorStoreError,
     rrf_contribution,
 )
-from vector_stores import ADAPTERS, SHARDED, ShardedQdrantStore, open_store
+from tests.support.vector_stores import ADAPTERS, SHARDED, ShardedQdrantStore, open_store
 
 DIM = 4
 TENANT = "acme"

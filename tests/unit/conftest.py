@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from clock import MovableClock
 from memoryd.app import App, build_app
 from memoryd.core.engine import MemoryEngine
 from memoryd.settings import Settings
-from unit.unit_kit import AppFactory, HashEmbedder
+from tests.support.clock import MovableClock
+from tests.unit.unit_kit import AppFactory, HashEmbedder
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from memoryd.core.engine import MemoryEngine
 from memoryd.core.errors import InvalidArgument
 from memoryd.core.models import AddCommand, Lookup, RenderQuery, RetrieveQuery, Scope, Tier
-from unit.unit_kit import AppFactory
+from tests.unit.unit_kit import AppFactory
 
 USER = Scope(tenant="t1", user_id="ines")
 

@@ -15,7 +15,7 @@ import pytest
 from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.port import EmbedderUnavailable
-from unit.unit_kit import LIVENESS_S, GatedEmbedder, HashEmbedder
+from tests.unit.unit_kit import LIVENESS_S, GatedEmbedder, HashEmbedder
 
 
 def alone(text: str) -> list[float]:

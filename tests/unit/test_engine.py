@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from clock import MovableClock
 from memoryd.core.engine import MemoryEngine
 from memoryd.core.errors import InvalidArgument, QuotaExceeded
 from memoryd.core.models import (
@@ -20,7 +19,8 @@ from memoryd.core.models import (
     Scope,
     Tier,
 )
-from unit.unit_kit import AppFactory
+from tests.support.clock import MovableClock
+from tests.unit.unit_kit import AppFactory
 
 ME = Scope(tenant="t1", user_id="alice", task_id="task-1", session_id="s-1")
 

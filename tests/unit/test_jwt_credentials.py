@@ -16,10 +16,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from memoryd.core.credentials import JwtVerifier
 from memoryd.core.errors import Unauthenticated
 from memoryd.core.models import AccessRole
 from memoryd.settings import JwtSettings
-from memoryd.transport.credentials import JwtVerifier
 
 SECRET = "a-test-secret-of-at-least-32-bytes!!"
 ISSUER = "https://idp.example"

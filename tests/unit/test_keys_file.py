@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from memoryd.core.credentials import ApiKeys
 from memoryd.core.errors import Unauthenticated
 from memoryd.core.models import AccessRole
-from memoryd.stores.keys.file import KeysFile, KeysFileError, key_id_of, token_hash
-from memoryd.transport.credentials import ApiKeys
+from memoryd.stores.keys.file import KeysFile
+from memoryd.stores.keys.port import KeysFileError, key_id_of, token_hash
 
 NOW = "2025-01-01T00:00:00+00:00"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from memoryd.transport.metrics import ALLOWED_LABELS, SPECS, Metrics, reference
+from memoryd.telemetry.metrics import ALLOWED_LABELS, SPECS, Metrics, reference
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "metrics.md"
 

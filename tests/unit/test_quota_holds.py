@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from clock import MovableClock
 from memoryd.app import App, build_app
 from memoryd.core.errors import QuotaExceeded, StoreUnavailable
 from memoryd.core.lifecycle.ledger import Holds, Ledger
@@ -21,7 +20,8 @@ from memoryd.settings import Settings
 from memoryd.stores.embeddings.port import EmbedderUnavailable
 from memoryd.stores.usage.memory_counters import InProcessCounters
 from memoryd.stores.usage.port import Counted
-from unit.unit_kit import HashEmbedder
+from tests.support.clock import MovableClock
+from tests.unit.unit_kit import HashEmbedder
 
 ME = Scope(tenant="t1", user_id="alice")
 

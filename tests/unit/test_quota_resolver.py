@@ -7,7 +7,13 @@ from pydantic import ValidationError
 
 from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.models import Scope
-from memoryd.settings import LongTermSettings, QuotaSettings, load_settings
+from memoryd.settings import (
+    LongTermSettings,
+    QuotaProfile,
+    QuotaSettings,
+    Settings,
+    load_settings,
+)
 
 ANA = Scope(tenant="acme", user_id="ana")
 BOB = Scope(tenant="acme", user_id="bob")
@@ -103,12 +109,59 @@ def test_unknown_profiles_and_malformed_keys_are_refused(fields: dict[str, objec
         QuotaSettings(**fields)  # type: ignore[arg-type]
 
 
-def test_the_default_profile_takes_quotas_long_term_from_the_environment(
+def test_the_default_profile_takes_the_long_term_block_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("MEMORYD_QUOTAS__LONG_TERM__MAX_MEMORIES", "250")
-    settings = load_settings()
-    profiles = QuotaProfiles(settings.quotas, settings.long_term)
-    resolved = profiles.profile_for(Scope(tenant="default", user_id="u"))
+    monkeypatch.setenv("MEMORYD_LONG_TERM__MAX_MEMORIES", "250")
+    resolved = QuotaProfiles.of(load_settings()).profile_for(Scope(tenant="default", user_id="u"))
     assert resolved.name == "default"
     assert resolved.limits.long_term_max_memories == 250
+
+
+def test_a_profile_names_every_per_user_limit_of_every_tier() -> None:
+    """The quota profile is the one home of per-user limits: those of the vector tiers that
+    have quotas, and the rates. A field the profile may leave unset names the tier block
+    setting it falls back to."""
+    assert set(QuotaProfile.model_fields) == {
+        "long_term_max_memories",
+        "long_term_max_bytes",
+        "episodic_max_episodes_per_agent",
+        "structured_max_documents",
+        "structured_max_bytes",
+        "entity_max_entities",
+        "entity_max_relations",
+        "queries_per_minute",
+        "writes_per_minute",
+    }
+    settings = Settings.explicit()
+    for name, field in QuotaProfile.model_fields.items():
+        if field.default is None and not name.endswith("_per_minute"):
+            block, _, setting = name.partition("_max_")
+            assert hasattr(getattr(settings, block), f"max_{setting}"), name
+
+
+def test_a_profile_sets_the_structured_and_episodic_limits_and_the_rest_are_tier_defaults() -> None:
+    settings = Settings.explicit(
+        structured={"max_documents": 7},
+        quotas={
+            "profiles": {
+                "team": {"structured_max_bytes": 999, "episodic_max_episodes_per_agent": 4}
+            },
+            "user_profiles": {"acme/ana": "team"},
+        },
+    )
+    profiles = QuotaProfiles.of(settings)
+    team = profiles.profile_for(ANA).limits
+    assert (team.structured_max_documents, team.structured_max_bytes) == (7, 999)
+    assert team.episodic_max_episodes_per_agent == 4
+    assert team.long_term_max_memories == settings.long_term.max_memories
+    default = profiles.profile_for(BOB).limits
+    assert default.structured_max_bytes == settings.structured.max_bytes
+    assert default.episodic_max_episodes_per_agent == settings.episodic.max_episodes_per_agent
+
+
+def test_quota_limits_have_no_second_home_under_quotas() -> None:
+    """`quotas.long_term` was a second place for the default profile's long-term limits:
+    a setting naming it now refuses to start."""
+    with pytest.raises(ValidationError):
+        QuotaSettings(long_term={"max_memories": 5})  # type: ignore[call-arg]

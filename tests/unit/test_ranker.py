@@ -24,8 +24,8 @@ from memoryd.core.retrieval.conversation import Scored
 from memoryd.core.retrieval.ranker import Ranker, RankQuery, relevance
 from memoryd.core.retrieval.temporal import TimeWindow
 from memoryd.settings import RetrievalSettings
-from unit.unit_kit import HashEmbedder
-from vector_stores import ADAPTERS, open_store
+from tests.support.vector_stores import ADAPTERS, open_store
+from tests.unit.unit_kit import HashEmbedder
 
 USER = Scope(tenant="t1", user_id="ana")
 

@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from conversation import SPEAKERS, WORDS, utterance
 from memoryd.core.engine import MemoryEngine
 from memoryd.core.models import AddCommand, MemoryRecord, RetrieveQuery, Scope, Tier
-from unit.unit_kit import AppFactory
-from vector_stores import ADAPTERS
+from tests.support.conversation import SPEAKERS, WORDS, utterance
+from tests.support.vector_stores import ADAPTERS
+from tests.unit.unit_kit import AppFactory
 
 # The first 34 words: the test's conversations were written with these. (With the whole
 # vocabulary, seed 1 gives a query where edge and qdrant order two turns differently,

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from clock import MovableClock
 from memoryd.app import App
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.quotas import QuotaProfiles
@@ -21,7 +20,8 @@ from memoryd.stores.archive.jsonl_store import JsonlArchiveStore
 from memoryd.stores.hot.memory_store import InProcessHotStore
 from memoryd.stores.locks.memory_locks import InProcessLocks
 from memoryd.stores.usage.memory_counters import InProcessCounters
-from unit.unit_kit import AppFactory
+from tests.support.clock import MovableClock
+from tests.unit.unit_kit import AppFactory
 
 _REQUIRED = (SessionPart.MESSAGES, SessionPart.FACTS)
 _PROTOCOL = {
@@ -73,7 +73,6 @@ async def test_each_served_tier_fills_the_part_the_registry_gives_it(
     make_app: AppFactory, tmp_path: Path, clock: MovableClock
 ) -> None:
     app: App = await make_app()
-    assert app.memory is not None
     settings = Settings(data_dir=tmp_path / "tiers")
     deps = TierDeps(
         settings=settings,

@@ -16,7 +16,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from clock import MovableClock
 from memoryd.app import App, build_app
 from memoryd.core.memory.derived import DerivedCache
 from memoryd.core.memory.term_counts import key_of, live_condition
@@ -32,8 +31,9 @@ from memoryd.core.models import (
 )
 from memoryd.settings import Settings
 from memoryd.stores.vectors.port import Filter, MatchValue
-from memoryd.transport.telemetry import Telemetry
-from unit.unit_kit import HashEmbedder
+from memoryd.telemetry import Telemetry
+from tests.support.clock import MovableClock
+from tests.unit.unit_kit import HashEmbedder
 
 USER = Scope(tenant="t1", user_id="ana")
 OTHER = Scope(tenant="t1", user_id="ben")

@@ -21,7 +21,7 @@ from memoryd.core.retrieval.token_budget import (
     TokenCounter,
     fit_to_budget,
 )
-from unit.unit_kit import AWKWARD_WORDS
+from tests.unit.unit_kit import AWKWARD_WORDS
 
 SERVICE_ROOT = Path(__file__).resolve().parents[2] / "service"
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from clock import MovableClock
 from memoryd.app import App, build_app
 from memoryd.cli.reindex import reindex
 from memoryd.core.models import (
@@ -25,7 +24,8 @@ from memoryd.core.models import (
 )
 from memoryd.core.tiers.long_term import LongTermTier
 from memoryd.settings import LongTermSettings, Settings
-from unit.unit_kit import LIVENESS_S, GatedEmbedder
+from tests.support.clock import MovableClock
+from tests.unit.unit_kit import LIVENESS_S, GatedEmbedder
 
 USER = Scope(tenant="t1", user_id="ines")
 

@@ -30,7 +30,7 @@ let n = 0;
 const newUser = () => `ts-user-${process.pid}-${++n}`;
 
 before(async () => {
-  memoryd = await startMemoryd({ MEMORYD_QUOTAS__LONG_TERM__MAX_MEMORIES: "5" });
+  memoryd = await startMemoryd({ MEMORYD_LONG_TERM__MAX_MEMORIES: "5" });
   client = new MemoryClient(memoryd.target, { apiKey: "sk-ts-test" });
 });
 

@@ -18,7 +18,8 @@ from memoryd.core.models import AccessRole
 from memoryd.settings import DEFAULT_PROFILE, Settings
 from memoryd.stores.audit.jsonl_log import JsonlAuditLog
 from memoryd.stores.audit.port import AuditLogError
-from memoryd.stores.keys.file import KeyRecord, KeysFile, KeysFileError
+from memoryd.stores.keys.file import KeysFile
+from memoryd.stores.keys.port import KeyRecord, KeysFileError
 
 
 def add_keys_command(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -53,7 +54,7 @@ def add_keys_command(subparsers: argparse._SubParsersAction) -> None:  # type: i
         "gets; storage quotas stay the user's (`memoryd usage` shows that quota profile). "
         "Default: the user's quota profile",
     )
-    # The old spelling: it read as "the key's quota profile", which it never was.
+    # Accepted, unlisted: `--profile` reads as "the key's quota profile", which it is not.
     create.add_argument("--profile", dest="profile", help=argparse.SUPPRESS)
     create.add_argument("--name", default="", help="a note on whom the key is for")
 

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from memoryd.app import App, build_app, build_embedder, startup_refusal
+from memoryd.app import App, build_app, build_embedder
 from memoryd.cli import progress
 from memoryd.cli.backup import BackupCorrupt, backup, restore
 from memoryd.cli.client_commands import add_client_commands, run_client_command
@@ -22,6 +22,7 @@ from memoryd.cli.progress import Progress
 from memoryd.cli.reindex import ReindexRefused, reindex
 from memoryd.console.cli import add_console_command, run_console_command
 from memoryd.core.memory.vector_memory import VectorMemory
+from memoryd.core.startup import startup_refusal
 from memoryd.settings import Settings, load_settings
 from memoryd.stores.backup.port import BackupStore, BackupStoreError
 from memoryd.stores.embeddings import for_preparing
@@ -74,7 +75,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _backups_of(app: App) -> tuple[VectorMemory, BackupStore]:
-    assert app.memory is not None and app.backups is not None
     return app.memory, app.backups
 
 

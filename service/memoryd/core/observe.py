@@ -1,7 +1,7 @@
 """What the core reports about its own work, as a port.
 
 The core calls an `Observer`; the transport supplies the implementations (Prometheus
-metrics in transport/metrics.py, OpenTelemetry spans in transport/tracing.py) and the
+metrics in telemetry/metrics.py, OpenTelemetry spans in telemetry/tracing.py) and the
 composition root wires them in. `NullObserver` is the default, so core code and its tests
 need neither. Nothing here may carry a user id, key or content into what it reports: the
 arguments are tiers, store names, operations and counts.

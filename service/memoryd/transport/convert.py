@@ -152,7 +152,7 @@ def _set_time(ts: Timestamp, seconds: float) -> None:
     nanos = 0
     if math.isfinite(seconds):
         # A float is n / 2**k exactly: integer arithmetic, no Fraction (a Retrieve sets
-        # three or four times per item and this was a tenth of its conversion).
+        # three or four times per item; with Fraction this alone is a tenth of its cost).
         numerator, denominator = seconds.as_integer_ratio()
         nanos, rest = divmod(numerator * 1_000_000_000, denominator)
         if 2 * rest > denominator or (2 * rest == denominator and nanos % 2):

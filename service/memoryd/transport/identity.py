@@ -32,29 +32,25 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
-from memoryd.app import StartupRefused
-from memoryd.core.access import ADMIN_ACTIONS, Action, anonymous, authorize
+from memoryd.core.access import ADMIN_ACTIONS, Action, authorize
+from memoryd.core.credentials import Authenticator, ClientCertificates
 from memoryd.core.errors import MemorydError, PermissionDenied, Unauthenticated
 from memoryd.core.models import AccessRole, Principal
+from memoryd.core.startup import StartupRefused
 from memoryd.core.tiers.registry import TIERS
 from memoryd.settings import Settings
 from memoryd.stores.audit.port import AuditLog, AuditLogError
-from memoryd.stores.keys.file import TOKEN_PREFIX, KeysFile, KeysFileError
-from memoryd.transport.credentials import ApiKeys, ClientCertificates, JwtVerifier
 from memoryd.transport.interceptors import (
     SERVICE_PREFIX,
     AroundCall,
     Behavior,
     CallContext,
     Context,
-    Metadata,
 )
 from memoryd.transport.status_map import status_code_of
 from memoryd.v1 import memory_pb2 as pb
 
 log = logging.getLogger(__name__)
-
-MISSING = "CREDENTIAL_MISSING"
 
 # What each RPC does, for the grants. An RPC missing here needs the admin role.
 ACTIONS: Mapping[str, Action] = {
@@ -142,74 +138,6 @@ def check_exposure(settings: Settings) -> None:
         f"MEMORYD_LISTEN={settings.listen} is not a loopback address and no credential is "
         "configured (MEMORYD_AUTH__KEYS_FILE, MEMORYD_AUTH__JWT__*, MEMORYD_TLS__CLIENT_CA_FILE); "
         "configure one, or set MEMORYD_AUTH__ALLOW_UNAUTHENTICATED=true to serve anyone"
-    )
-
-
-class Authenticator:
-    """Turns a call's credential into its principal (or raises Unauthenticated)."""
-
-    def __init__(
-        self,
-        *,
-        default_tenant: str = "default",
-        keys: ApiKeys | None = None,
-        tokens: JwtVerifier | None = None,
-        certs: ClientCertificates | None = None,
-    ) -> None:
-        self._anonymous = anonymous(default_tenant)
-        self._keys = keys
-        self._tokens = tokens
-        self.certs = certs
-
-    @property
-    def configured(self) -> bool:
-        return bool(self._keys or self._tokens or self.certs)
-
-    def authenticate(self, metadata: Metadata, client_cert: bytes | None = None) -> Principal:
-        if not self.configured:
-            return self._anonymous
-        header = next((v for k, v in metadata if k == "authorization"), None)
-        if header is not None:
-            return self._bearer(header if isinstance(header, str) else header.decode("latin-1"))
-        if client_cert is not None and self.certs is not None:
-            return self.certs.verify(client_cert)
-        raise Unauthenticated(
-            MISSING, "this call needs a credential: `authorization: Bearer <API key or JWT>`"
-        )
-
-    def _bearer(self, header: str) -> Principal:
-        scheme, _, token = header.strip().partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
-            raise Unauthenticated(
-                "CREDENTIAL_INVALID", "authorization must be `Bearer <credential>`"
-            )
-        if token.startswith(TOKEN_PREFIX) and self._keys is not None:
-            return self._keys.verify(token)
-        if token.count(".") == 2 and self._tokens is not None:
-            return self._tokens.verify(token)
-        raise Unauthenticated("CREDENTIAL_INVALID", "invalid credential")
-
-
-def build_authenticator(settings: Settings) -> Authenticator:
-    """The configured credentials; refuses to start on a missing or malformed one."""
-    keys = tokens = certs = None
-    try:
-        if settings.auth.keys_file is not None:
-            keys = ApiKeys(KeysFile(settings.auth.keys_file))
-            keys.check_readable()
-        if settings.auth.jwt.enabled:
-            tokens = JwtVerifier(settings.auth.jwt)
-        if settings.tls.client_ca_file is not None:
-            certs = ClientCertificates(settings.tls)
-    except KeysFileError as exc:
-        raise StartupRefused(
-            f"the API keys file cannot be used: {exc} (create one with `memoryd keys create`)"
-        ) from exc
-    except (OSError, ValueError) as exc:
-        raise StartupRefused(f"the credential settings cannot be used: {exc}") from exc
-    return Authenticator(
-        default_tenant=settings.auth.default_tenant, keys=keys, tokens=tokens, certs=certs
     )
 
 

@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 SERVICE_PREFIX = "/memoryd.v1.MemoryService/"
 
 Context = grpc.aio.ServicerContext[Any, Any]
-Metadata = tuple[tuple[str, str | bytes], ...]
 Behavior = Callable[..., Any]
 Around = Callable[[Context], AbstractAsyncContextManager[None]]
 

@@ -25,6 +25,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from memoryd.core.observe import bind_request_id, correlated
 from memoryd.stores import call_budget
+from memoryd.telemetry.metrics import Metrics
 from memoryd.transport.interceptors import (
     SERVICE_PREFIX,
     AroundCall,
@@ -32,7 +33,6 @@ from memoryd.transport.interceptors import (
     CallContext,
     Context,
 )
-from memoryd.transport.metrics import Metrics
 
 log = logging.getLogger("memoryd.rpc")
 

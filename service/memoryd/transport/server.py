@@ -7,21 +7,27 @@ import errno
 import logging
 import signal
 import socket
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
-from memoryd.app import App, StartupRefused
+from memoryd.core.credentials import Authenticator
+from memoryd.core.engine import MemoryEngine
+from memoryd.core.rate_limits import RateLimits
+from memoryd.core.startup import StartupRefused
 from memoryd.settings import Settings
+from memoryd.stores.audit.port import AuditLog
+from memoryd.telemetry import Telemetry
+from memoryd.telemetry.metrics import MetricsListener
 from memoryd.transport.grpc_logs import withhold_header_values
 from memoryd.transport.health import SERVICE_NAME, HealthMonitor
-from memoryd.transport.identity import Identity, build_authenticator, check_exposure
+from memoryd.transport.identity import Identity, check_exposure
 from memoryd.transport.interceptors import CallChain, CallContext, ErrorMapping
 from memoryd.transport.limits import AnswerCache, RateLimiting
-from memoryd.transport.metrics import MetricsListener
 from memoryd.transport.observability import Observability
 from memoryd.transport.servicer import MemoryServicer
 from memoryd.transport.starting import StartingRefused, add_port, cannot_listen
@@ -31,8 +37,33 @@ from memoryd.v1 import memory_pb2, memory_pb2_grpc
 log = logging.getLogger(__name__)
 
 
+class Served(Protocol):
+    """What the server serves and reports with, all built by the composition root
+    (`memoryd.app.App` is one): the transport wires it into gRPC and builds none of it."""
+
+    engine: MemoryEngine
+    authenticator: Authenticator
+    rate_limits: RateLimits
+    access_audit: AuditLog
+    telemetry: Telemetry
+    # Health probes by name, the store each checks (as metrics name it), and the health
+    # services that follow them.
+    probes: dict[str, Callable[[], Awaitable[bool]]]
+    probe_stores: dict[str, str]
+    health_services: dict[str, list[str]]
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    async def start(self) -> None:
+        """Background work (the write-behind copy, maintenance), once the server listens."""
+
+    async def close(self) -> None:
+        """Stop the background work and close every store."""
+
+
 class MemorydServer:
-    def __init__(self, settings: Settings, app: App, health_interval_s: float = 2.0) -> None:
+    def __init__(self, settings: Settings, app: Served, health_interval_s: float = 2.0) -> None:
         self._settings = settings
         self._app = app
         withhold_header_values()  # before any call: no credential may reach the log
@@ -50,8 +81,7 @@ class MemorydServer:
         )
         check_exposure(settings)
         calls = CallContext()
-        identity = Identity(build_authenticator(settings), calls, app.access_audit, app.clock)
-        assert app.rate_limits is not None
+        identity = Identity(app.authenticator, calls, app.access_audit, app.clock)
         quotas = settings.quotas
         answers = AnswerCache(quotas.rate_cache_entries, quotas.rate_cache_seconds, app.clock)
         max_bytes = settings.limits.max_message_bytes
@@ -174,7 +204,7 @@ def check_ports_free(settings: Settings) -> None:
                         raise StartupRefused(cannot_listen(setting, listen)) from exc
 
 
-async def serve(settings: Settings, app: App) -> None:
+async def serve(settings: Settings, app: Served) -> None:
     """Run until SIGTERM/SIGINT, then go NOT_SERVING and stop within the grace period."""
     server = MemorydServer(settings, app)
     try:

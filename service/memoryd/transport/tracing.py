@@ -1,107 +1,17 @@
-"""OpenTelemetry tracing (the `otel` extra), off unless `tracing.enabled`.
-
-A server span per MemoryService call comes from opentelemetry-instrumentation-grpc, which
-continues the caller's W3C trace context (`traceparent` metadata); inside it the core's
-reports become child spans: embedding, each store call, fusion. Nothing here is imported
-unless tracing is on, so the extra stays optional.
-"""
+"""The server span of each MemoryService call (opentelemetry-instrumentation-grpc, the
+`otel` extra), continuing the caller's W3C trace context (`traceparent` metadata); the
+core's reports become its child spans (`telemetry/tracing.py`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 
-from memoryd.core.models import Tier
-from memoryd.settings import TracingSettings
-
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.trace import Tracer
 
 SERVICE = "memoryd.v1.MemoryService"
-
-
-class TracingUnavailable(Exception):
-    """Tracing is asked for but the `otel` extra is not installed."""
-
-
-class TracingObserver:
-    """The core's reports, as spans (counts and the like are the metrics' business)."""
-
-    def __init__(self, tracer: Tracer) -> None:
-        self._tracer = tracer
-
-    @contextmanager
-    def _span(self, name: str, attributes: dict[str, Any]) -> Iterator[None]:
-        with self._tracer.start_as_current_span(name, attributes=attributes):
-            yield
-
-    def embedding(self, batch_size: int) -> AbstractContextManager[None]:
-        return self._span("memoryd.embedding", {"memoryd.batch_size": batch_size})
-
-    def store_call(self, store: str, operation: str) -> AbstractContextManager[None]:
-        return self._span(
-            f"memoryd.store {store}.{operation}",
-            {"memoryd.store": store, "memoryd.operation": operation},
-        )
-
-    def fusion(self, stage: str) -> AbstractContextManager[None]:
-        return self._span("memoryd.fusion", {"memoryd.fusion.stage": stage})
-
-    def quota_alert(self, tier: Tier, level: str) -> None:
-        return None
-
-    def archived(self, tier: Tier, count: int) -> None:
-        return None
-
-    def deleted(self, tier: Tier, reason: str, count: int) -> None:
-        return None
-
-    def stored_bytes(self, tier: Tier, size: int) -> None:
-        return None
-
-    def ages(self, tier: Tier, days: Sequence[float]) -> None:
-        return None
-
-    def backlog(self, queue: str, pending: int, oldest_age_s: float) -> None:
-        return None
-
-
-def tracer_provider(settings: TracingSettings) -> TracerProvider:
-    """A provider exporting in batches to the configured exporter."""
-    try:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import (
-            BatchSpanProcessor,
-            ConsoleSpanExporter,
-            SpanExporter,
-        )
-    except ImportError as exc:
-        raise TracingUnavailable(
-            "tracing.enabled needs the otel extra: pip install 'memoryd[otel]'"
-        ) from exc
-    exporter: SpanExporter
-    if settings.exporter == "console":
-        exporter = ConsoleSpanExporter()
-    else:
-        try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        except ImportError as exc:
-            raise TracingUnavailable(
-                "tracing.exporter=otlp needs the otel extra: pip install 'memoryd[otel]'"
-            ) from exc
-        exporter = OTLPSpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": settings.service_name}))
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    return provider
-
-
-def tracer_of(provider: TracerProvider) -> Tracer:
-    return provider.get_tracer("memoryd")
 
 
 def server_interceptor(provider: TracerProvider) -> grpc.aio.ServerInterceptor:  # type: ignore[type-arg]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from memoryd.core.errors import FieldViolation
 from memoryd.core.lifecycle.cold_archive import ColdArchive
 from memoryd.core.lifecycle.ledger import Hold, size_of
-from memoryd.core.lifecycle.quotas import add_scope, quota_full
+from memoryd.core.lifecycle.quotas import QuotaProfiles, add_scope, quota_full
 from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.memory.vector_memory import NewPoint, VectorMemory
 from memoryd.core.models import (
@@ -34,7 +34,7 @@ from memoryd.core.tiers.archiving import DAY_S, ArchivingVectorTier
 from memoryd.core.tiers.bodies import episode_problems, render_episode
 from memoryd.core.tiers.vector_tier import Room
 from memoryd.core.validation import Violations
-from memoryd.settings import EpisodicSettings
+from memoryd.settings import EpisodicSettings, LongTermSettings, QuotaSettings
 from memoryd.stores.usage.port import Correction, Counted, UsageCounters
 from memoryd.stores.vectors.port import Condition, Filter, MatchValue
 
@@ -57,9 +57,12 @@ class EpisodicTier(ArchivingVectorTier):
         compress_over_bytes: int = 1024,
         *,
         counters: UsageCounters,
+        quotas: QuotaProfiles | None = None,
     ) -> None:
         super().__init__(memory, clock, archive, compress_over_bytes, counters)
         self._settings = settings
+        # The per-agent limit is the user's quota profile's (unset there: `settings`').
+        self._quotas = quotas or QuotaProfiles(QuotaSettings(), LongTermSettings(), settings)
         self._max_content_bytes = max_content_bytes
 
     def check_add(self, cmd: AddCommand, v: Violations) -> None:
@@ -95,7 +98,7 @@ class EpisodicTier(ArchivingVectorTier):
 
     def _room(self, scope: Scope) -> Room:
         """The quota of one agent of the user: its live episodes."""
-        limit = self._settings.max_episodes_per_agent
+        limit = self._quotas.profile_for(scope).limits.episodic_max_episodes_per_agent
         return Room(
             lock_key=(scope.tenant, scope.user_id, scope.agent_id),
             live=self._of_agent(scope),
@@ -228,7 +231,8 @@ class EpisodicTier(ArchivingVectorTier):
                 counts = per_agent.setdefault(str(point.payload.get("agent_id", "")), [0, 0])
                 counts[0] += 1
                 counts[1] += int(point.payload.get("size", 0))
-        usage = TierUsage(Tier.EPISODIC, max_count=self._settings.max_episodes_per_agent)
+        limits = self._quotas.profile_for(scope).limits
+        usage = TierUsage(Tier.EPISODIC, max_count=limits.episodic_max_episodes_per_agent)
         for count, size in per_agent.values():
             add_scope(usage, count, size)
         return usage

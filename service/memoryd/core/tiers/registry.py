@@ -140,6 +140,7 @@ def _episodic(d: TierDeps) -> TierHandler:
         s.limits.max_content_bytes,
         s.long_term.compress_over_bytes,
         counters=d.counters,
+        quotas=d.quotas,
     )
 
 
@@ -153,6 +154,7 @@ def _structured(d: TierDeps) -> TierHandler:
         s.limits.max_content_bytes,
         s.long_term.compress_over_bytes,
         counters=d.counters,
+        quotas=d.quotas,
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from memoryd.core.errors import FieldViolation, QuotaExceeded
 from memoryd.core.lifecycle.cold_archive import ColdArchive
-from memoryd.core.lifecycle.quotas import quota_full, quota_percent
+from memoryd.core.lifecycle.quotas import QuotaProfiles, quota_full, quota_percent
 from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.memory.vector_memory import NewPoint, VectorMemory
 from memoryd.core.models import (
@@ -36,7 +36,7 @@ from memoryd.core.tiers.bodies import (
 )
 from memoryd.core.tiers.vector_tier import Room
 from memoryd.core.validation import Violations
-from memoryd.settings import StructuredSettings
+from memoryd.settings import LongTermSettings, QuotaSettings, StructuredSettings
 from memoryd.stores.usage.port import UsageCounters
 from memoryd.stores.vectors.port import Condition, Filter, MatchValue, field_path
 
@@ -54,9 +54,14 @@ class StructuredTier(ArchivingVectorTier):
         compress_over_bytes: int = 1024,
         *,
         counters: UsageCounters,
+        quotas: QuotaProfiles | None = None,
     ) -> None:
         super().__init__(memory, clock, archive, compress_over_bytes, counters)
         self._settings = settings
+        # The limits are the user's quota profile's (unset there: `settings`').
+        self._quotas = quotas or QuotaProfiles(
+            QuotaSettings(), LongTermSettings(), structured=settings
+        )
         self._max_content_bytes = max_content_bytes
 
     def check_add(self, cmd: AddCommand, v: Violations) -> None:
@@ -91,7 +96,8 @@ class StructuredTier(ArchivingVectorTier):
 
     def _room(self, scope: Scope) -> Room:
         """The user's structured quota: live documents, and their JSON bytes."""
-        limit, max_bytes = self._settings.max_documents, self._settings.max_bytes
+        limits = self._quotas.profile_for(scope).limits
+        limit, max_bytes = limits.structured_max_documents, limits.structured_max_bytes
         return Room(
             lock_key=(scope.tenant, scope.user_id),
             live=self._live(scope),
@@ -170,7 +176,8 @@ class StructuredTier(ArchivingVectorTier):
         """Documents held (what the quota counts) and their JSON bytes: the counters."""
         held = await self._ledger.held(scope)
         count, size = held.count, held.bytes
-        max_count, max_bytes = self._settings.max_documents, self._settings.max_bytes
+        limits = self._quotas.profile_for(scope).limits
+        max_count, max_bytes = limits.structured_max_documents, limits.structured_max_bytes
         return TierUsage(
             Tier.STRUCTURED,
             count=count,

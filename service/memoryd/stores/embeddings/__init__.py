@@ -18,10 +18,11 @@ from memoryd.stores.embeddings.port import Embedder, EmbedderUnavailable
 
 if TYPE_CHECKING:
     from memoryd.settings import Settings
-    from memoryd.stores.embeddings.cache import CachedEmbedder, CacheStats
+    from memoryd.stores.embeddings.cache import CachedEmbedder
     from memoryd.stores.embeddings.minilm import MiniLMEmbedder
     from memoryd.stores.embeddings.minilm_onnx import MiniLMOnnxEmbedder
     from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
+    from memoryd.stores.embeddings.port import CacheStats
 
 __all__ = [
     "ADAPTERS",
@@ -106,7 +107,7 @@ def adapter_name(settings: Settings) -> str:
 _LAZY = MappingProxyType(
     {
         "CachedEmbedder": "memoryd.stores.embeddings.cache",
-        "CacheStats": "memoryd.stores.embeddings.cache",
+        "CacheStats": "memoryd.stores.embeddings.port",
         "MiniLMEmbedder": "memoryd.stores.embeddings.minilm",
         "MiniLMOnnxEmbedder": "memoryd.stores.embeddings.minilm_onnx",
         "OpenAIEmbedder": "memoryd.stores.embeddings.openai_embedder",

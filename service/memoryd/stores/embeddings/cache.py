@@ -21,7 +21,6 @@ import threading
 import time
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import cast
 
 import redis
@@ -29,7 +28,7 @@ from cachetools import LRUCache
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from memoryd.stores.embeddings.port import Embedder, RuntimeVariant
+from memoryd.stores.embeddings.port import CacheStats, Embedder, RuntimeVariant
 from memoryd.stores.redis_clients import SyncClient, open_sync
 
 __all__ = ["DEFAULT_REDIS_TTL_S", "REDIS_KEY_PREFIX", "CacheStats", "CachedEmbedder"]
@@ -42,18 +41,6 @@ _REDIS_ERRORS = (redis.RedisError, RedisClusterException, OSError)
 _BYTESWAP = sys.byteorder == "big"
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class CacheStats:
-    """Counts since creation, per distinct text of each call: ``hits`` (in memory),
-    ``redis_hits``, ``misses`` (texts handed to the inner embedder); and the current
-    number of in-memory ``entries``."""
-
-    hits: int
-    redis_hits: int
-    misses: int
-    entries: int
 
 
 class CachedEmbedder:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["CacheLookup", "Embedder", "EmbedderUnavailable", "RuntimeVariant"]
+__all__ = ["CacheLookup", "CacheStats", "Embedder", "EmbedderUnavailable", "RuntimeVariant"]
 
 
 class Embedder(Protocol):
@@ -72,3 +73,15 @@ class EmbedderUnavailable(Exception):
         super().__init__(message)
         self.embedder = embedder
         self.status_code = status_code
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """Counts since creation, per distinct text of each call: ``hits`` (in memory),
+    ``redis_hits``, ``misses`` (texts handed to the inner embedder); and the current
+    number of in-memory ``entries``."""
+
+    hits: int
+    redis_hits: int
+    misses: int
+    entries: int

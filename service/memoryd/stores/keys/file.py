@@ -4,9 +4,7 @@
      "users":["alice"],"profile":"free","name":"travel bot","created_at":"2025-..."}
     {"type":"revocation","id":"3f9a1c2b7d4e","revoked_at":"2025-..."}
 
-A key is `mdk_<id>_<secret>`: the id is public (lists, audit lines), the secret is 256
-random bits. Because the secret is random and long, a plain SHA-256 of the whole key is
-enough to store (no dictionary can find it), and lookups by id need no scan.
+The form of a key and what is kept of it: `port.py`.
 
 Writers (`memoryd keys`) append one whole line under an exclusive lock; the server re-reads
 the file whenever its size, inode or mtime changes, so a new or revoked key applies to the
@@ -17,63 +15,22 @@ from __future__ import annotations
 
 import fcntl
 import functools
-import hashlib
 import json
 import os
 import secrets
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-TOKEN_PREFIX = "mdk_"
-_ID_BYTES = 6  # 12 hex characters
-_SECRET_BYTES = 32  # 256 bits
-
-
-class KeysFileError(Exception):
-    """The keys file cannot be read or holds a line that is not a key or a revocation."""
-
-
-@dataclass(frozen=True)
-class KeyRecord:
-    id: str
-    hash: str
-    tenant: str
-    role: str
-    users: tuple[str, ...] = ()
-    profile: str | None = None
-    name: str = ""
-    created_at: str = ""
-    revoked_at: str | None = field(default=None, compare=False)
-
-    @property
-    def revoked(self) -> bool:
-        return self.revoked_at is not None
-
-    def to_line(self) -> dict[str, Any]:
-        line = {"type": "key", **asdict(self)}
-        line["users"] = list(self.users)
-        del line["revoked_at"]
-        return line
-
-
-def token_hash(token: str) -> str:
-    return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-def key_id_of(token: str) -> str | None:
-    """The id part of a well-formed key, else None."""
-    if not token.startswith(TOKEN_PREFIX):
-        return None
-    key_id, sep, secret = token[len(TOKEN_PREFIX) :].partition("_")
-    if not sep or len(key_id) != 2 * _ID_BYTES or not secret:
-        return None
-    try:
-        int(key_id, 16)
-    except ValueError:
-        return None
-    return key_id
+from memoryd.stores.keys.port import (
+    ID_BYTES,
+    SECRET_BYTES,
+    TOKEN_PREFIX,
+    KeyRecord,
+    KeysFileError,
+    token_hash,
+)
 
 
 def _parse(data: bytes, path: Path) -> dict[str, KeyRecord]:
@@ -190,8 +147,8 @@ class KeysFile:
     ) -> tuple[KeyRecord, str]:
         """Append a new key; returns its record and the key itself (shown once, never kept)."""
         for _ in range(8):
-            key_id = secrets.token_hex(_ID_BYTES)
-            token = f"{TOKEN_PREFIX}{key_id}_{secrets.token_urlsafe(_SECRET_BYTES)}"
+            key_id = secrets.token_hex(ID_BYTES)
+            token = f"{TOKEN_PREFIX}{key_id}_{secrets.token_urlsafe(SECRET_BYTES)}"
             record = KeyRecord(
                 id=key_id,
                 hash=token_hash(token),

@@ -1,4 +1,4 @@
-"""Leases shared by replicas (today: the maintenance lease, on Redis).
+"""Leases shared by replicas (the maintenance lease, on Redis).
 
 The port is `memoryd.core.lifecycle.maintenance.Lease`; without Redis a replica is alone
 and needs none.

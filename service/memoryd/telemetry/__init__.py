@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry
 
 from memoryd.core.observe import Observer, Observers
 from memoryd.settings import Settings
-from memoryd.transport.metrics import Metrics, PrometheusObserver
-from memoryd.transport.tracing import TracingObserver, tracer_of, tracer_provider
+from memoryd.telemetry.metrics import Metrics, PrometheusObserver
+from memoryd.telemetry.tracing import TracingObserver, tracer_of, tracer_provider
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

@@ -16,12 +16,12 @@ import pytest
 import uvicorn
 from cryptography.fernet import Fernet
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
-from grants import Caller, new_key
 from memoryd.console.app import Console, create_app
 from memoryd.console.service import Service
 from memoryd.v1 import memory_pb2 as pb
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.grants import Caller, new_key
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 # The key every console of a test shares (as replicas given one --session-key-file).

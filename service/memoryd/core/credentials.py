@@ -7,7 +7,8 @@
   handshake; its subject names tenant (O), role (OU) and user (CN) by default.
 
 Each raises `Unauthenticated` for a credential that does not hold; no secret or token is
-ever put in a message, a log line or the audit log.
+ever put in a message, a log line or the audit log. The `Authenticator` holds those
+configured (the composition root builds it) and picks the one a call presents.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from cryptography.x509.oid import NameOID
 
-from memoryd.core.access import InvalidGrant, make_principal
+from memoryd.core.access import InvalidGrant, anonymous, make_principal
 from memoryd.core.errors import Unauthenticated
 from memoryd.core.models import Principal
 from memoryd.settings import JwtSettings, TlsSettings
-from memoryd.stores.keys.file import KeysFile, KeysFileError, key_id_of, token_hash
+from memoryd.stores.keys.port import TOKEN_PREFIX, KeysFileError, KeyStore, key_id_of, token_hash
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def _invalid(message: str, *, key_id: str = "", detail: str = "") -> Unauthentic
 class ApiKeys:
     """API keys of the keys file, re-read whenever it changes (so revocation is immediate)."""
 
-    def __init__(self, keys: KeysFile) -> None:
+    def __init__(self, keys: KeyStore) -> None:
         self._keys = keys
         self._reported: str | None = None
 
@@ -271,3 +272,54 @@ class ClientCertificates:
             raise _invalid(
                 "the client certificate grants nothing usable", key_id=fingerprint, detail=str(exc)
             ) from None
+
+
+MISSING = "CREDENTIAL_MISSING"
+
+
+class Authenticator:
+    """Turns a call's credential into its principal (or raises Unauthenticated)."""
+
+    def __init__(
+        self,
+        *,
+        default_tenant: str = "default",
+        keys: ApiKeys | None = None,
+        tokens: JwtVerifier | None = None,
+        certs: ClientCertificates | None = None,
+    ) -> None:
+        self._anonymous = anonymous(default_tenant)
+        self._keys = keys
+        self._tokens = tokens
+        self.certs = certs
+
+    @property
+    def configured(self) -> bool:
+        return bool(self._keys or self._tokens or self.certs)
+
+    def authenticate(
+        self, metadata: Sequence[tuple[str, str | bytes]], client_cert: bytes | None = None
+    ) -> Principal:
+        if not self.configured:
+            return self._anonymous
+        header = next((v for k, v in metadata if k == "authorization"), None)
+        if header is not None:
+            return self._bearer(header if isinstance(header, str) else header.decode("latin-1"))
+        if client_cert is not None and self.certs is not None:
+            return self.certs.verify(client_cert)
+        raise Unauthenticated(
+            MISSING, "this call needs a credential: `authorization: Bearer <API key or JWT>`"
+        )
+
+    def _bearer(self, header: str) -> Principal:
+        scheme, _, token = header.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthenticated(
+                "CREDENTIAL_INVALID", "authorization must be `Bearer <credential>`"
+            )
+        if token.startswith(TOKEN_PREFIX) and self._keys is not None:
+            return self._keys.verify(token)
+        if token.count(".") == 2 and self._tokens is not None:
+            return self._tokens.verify(token)
+        raise Unauthenticated("CREDENTIAL_INVALID", "invalid credential")

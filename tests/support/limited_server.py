@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from clock import MovableClock
-from conftest import RunningServer, ServerFactory
-from grants import new_key
+from tests.conftest import RunningServer, ServerFactory
+from tests.support.clock import MovableClock
+from tests.support.grants import new_key
 
 # A profile of the tests' own, named on the key (a key's rate profile).
 TIGHT = {"profiles": {"tight": {"queries_per_minute": 1, "writes_per_minute": 2}}}

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from redis_server import free_port
+from tests.support.redis_server import free_port
 
 
 class RedisCluster:

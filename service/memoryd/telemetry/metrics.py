@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from memoryd.core.models import Tier
-from memoryd.stores.embeddings.cache import CacheStats
+from memoryd.stores.embeddings.port import CacheStats
 from memoryd.stores.usage.port import (
     Correction,
     Counted,
@@ -471,7 +471,7 @@ def reference() -> str:
     lines = [
         "# Metrics reference",
         "",
-        "<!-- Generated from service/memoryd/transport/metrics.py by",
+        "<!-- Generated from service/memoryd/telemetry/metrics.py by",
         "     `make docs` (scripts/gen_docs.py). Do not edit. -->",
         "",
         "memoryd serves these on `http://<metrics.listen>/metrics` in the Prometheus text",

@@ -11,7 +11,7 @@ from google.rpc import error_details_pb2
 
 from memoryd.stores.keys.file import KeysFile
 from memoryd.v1 import memory_pb2_grpc
-from rpc import rich_status
+from tests.support.rpc import rich_status
 
 NOW = "2025-01-01T00:00:00+00:00"
 

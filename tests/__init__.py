@@ -1,0 +1,1 @@
+"""The memoryd test suite: run with pytest from the repository root."""

@@ -1,0 +1,1 @@
+"""What tests share: a private redis-server, certificates, a clock, stub servers, rpc helpers."""
