@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from memoryd.settings import MetricsSettings, Settings
 from memoryd.transport.health import LIVENESS_NAME, SERVICE_NAME
 from memoryd.transport.starting import StartingServer
-from redis_server import free_port
+from tests.support.redis_server import free_port
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

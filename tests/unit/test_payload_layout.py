@@ -14,7 +14,7 @@ from memoryd.core.memory.payload import TURN_FIELD, turn_key
 from memoryd.core.models import AddCommand, RetrieveQuery, Scope, Tier
 from memoryd.stores.vectors.edge_store import EdgeVectorStore
 from memoryd.stores.vectors.port import VectorPoint
-from unit.unit_kit import AppFactory, HashEmbedder
+from tests.unit.unit_kit import AppFactory, HashEmbedder
 
 DIM = HashEmbedder.dim
 

@@ -30,7 +30,7 @@ from memoryd.transport.interceptors import CallChain, CallContext, ErrorMapping
 from memoryd.transport.limits import AnswerCache, RateLimiting
 from memoryd.transport.observability import Observability
 from memoryd.transport.servicer import MemoryServicer
-from memoryd.transport.starting import StartingRefused, add_port, cannot_listen
+from memoryd.transport.starting import add_port, cannot_listen
 from memoryd.transport.tracing import server_interceptor
 from memoryd.v1 import memory_pb2, memory_pb2_grpc
 
@@ -133,10 +133,7 @@ class MemorydServer:
 
     async def start(self) -> int:
         listen = self._settings.listen
-        try:
-            self.port = add_port(self._server, self._settings)
-        except StartingRefused as exc:
-            raise StartupRefused(str(exc)) from exc
+        self.port = add_port(self._server, self._settings)
         if self.port == 0:
             raise StartupRefused(cannot_listen("MEMORYD_LISTEN", listen))
         if self._metrics_listener is not None:

@@ -24,6 +24,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_health.v1 import health_pb2 as hpb
 
+from memoryd.core.startup import StartupRefused
 from memoryd.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -33,10 +34,6 @@ PROGRESS_EVERY_S = 5.0
 # The names `transport.health` serves (not imported: the child process stays light).
 SERVICE_NAME = "memoryd.v1.MemoryService"
 LIVENESS_NAME = "memoryd.liveness"
-
-
-class StartingRefused(Exception):
-    """The port cannot be bound (the message names the setting)."""
 
 
 def cannot_listen(setting: str, listen: str, exc: OSError | None = None) -> str:
@@ -51,7 +48,7 @@ def cannot_listen(setting: str, listen: str, exc: OSError | None = None) -> str:
 
 def add_port(server: grpc.Server | grpc.aio.Server, settings: Settings) -> int:
     """Bind `server` to `settings.listen` (with TLS when configured); 0 if grpc could not.
-    Raises StartingRefused when the TLS files cannot be read."""
+    Raises StartupRefused when the TLS files cannot be read."""
     tls = settings.tls
     try:
         if tls.cert_file is None or tls.key_file is None:
@@ -63,7 +60,7 @@ def add_port(server: grpc.Server | grpc.aio.Server, settings: Settings) -> int:
                 require_client_auth=bool(tls.client_ca_file),
             )
         except OSError as exc:
-            raise StartingRefused(f"the TLS files cannot be read: {exc}") from exc
+            raise StartupRefused(f"the TLS files cannot be read: {exc}") from exc
         return server.add_secure_port(settings.listen, credentials)
     except RuntimeError:  # grpc's "Failed to bind to address"
         return 0
@@ -84,7 +81,7 @@ def _serve_health(settings: Settings, what: str, every_s: float, conn: Connectio
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     try:
         port = add_port(server, settings)
-    except StartingRefused as exc:
+    except StartupRefused as exc:
         conn.send(("refused", str(exc)))
         return
     if port == 0:
@@ -143,8 +140,6 @@ class StartingServer:
             kind, value = "refused", "the start-up health process exited"
         if kind != "port":
             await self._stop()
-            from memoryd.app import StartupRefused
-
             raise StartupRefused(str(value))
         self.port = int(value)
         return self
