@@ -10,7 +10,6 @@ MEMORYD_FUZZ_SEED (default fixed) choose the run; `make fuzz` runs a long one.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -40,6 +39,7 @@ from tests.fuzz.strategies import (
     messages_of,
     oversized_keys,
 )
+from tests.support.rpc import import_requests
 
 EXAMPLES = int(os.environ.get("MEMORYD_FUZZ_EXAMPLES", "25"))
 SEED = int(os.environ.get("MEMORYD_FUZZ_SEED", "20251123"))
@@ -234,13 +234,8 @@ def import_streams(draw: st.DrawFn) -> list[pb.ImportRequest]:
     items = draw(st.lists(st.one_of(import_items(), messages_of(pb.MemoryItem)), max_size=5))
     if draw(st.booleans()):
         return draw(st.lists(messages_of(pb.ImportRequest), max_size=6))
-    digest = hashlib.sha256()
-    for item in items:
-        digest.update(item.SerializeToString(deterministic=True))
-    first = pb.ImportRequest(scope=pb.Scope(user_id=draw(st.sampled_from(USERS))))
-    first.auto_prune = draw(st.booleans())
-    trailer = pb.ExportTrailer(item_count=len(items), checksum_sha256=digest.hexdigest())
-    return [first, *(pb.ImportRequest(item=i) for i in items), pb.ImportRequest(trailer=trailer)]
+    user, auto_prune = draw(st.sampled_from(USERS)), draw(st.booleans())
+    return import_requests(user, items, auto_prune=auto_prune)
 
 
 @FUZZ

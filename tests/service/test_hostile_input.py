@@ -4,7 +4,6 @@ readable. Each case here is one the fuzzing of issue 11 found."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,7 +21,7 @@ from memoryd.stores.vectors.port import VectorPoint
 from memoryd.transport import interceptors
 from memoryd.v1 import memory_pb2 as pb
 from tests.conftest import RunningServer, ServerFactory
-from tests.support.rpc import bad_request_fields, rpc_error, scope
+from tests.support.rpc import bad_request_fields, import_requests, rpc_error, scope
 
 LT, SD = pb.TIER_LONG_TERM, pb.TIER_STRUCTURED
 # The last instant a google.protobuf.Timestamp can hold: 9999-12-31T23:59:59.999999999Z.
@@ -49,13 +48,7 @@ async def export_items(s: RunningServer, user: str) -> list[pb.MemoryItem]:
 
 
 def import_stream(user: str, items: list[pb.MemoryItem]) -> Iterator[pb.ImportRequest]:
-    digest = hashlib.sha256()
-    yield pb.ImportRequest(scope=scope(user))
-    for item in items:
-        digest.update(item.SerializeToString(deterministic=True))
-        yield pb.ImportRequest(item=item)
-    trailer = pb.ExportTrailer(item_count=len(items), checksum_sha256=digest.hexdigest())
-    yield pb.ImportRequest(trailer=trailer)
+    yield from import_requests(user, items)
 
 
 # --------------------------------------------------------------------------- times

@@ -8,7 +8,6 @@ with the in-process counters, on one Redis and on a Redis Cluster."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -27,7 +26,7 @@ from tests.support.clock import MovableClock
 from tests.support.openai_stub import start_openai_stub
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
-from tests.support.rpc import quota_failure, rpc_error, scope
+from tests.support.rpc import import_requests, quota_failure, rpc_error, scope
 
 LT, ST = pb.TIER_LONG_TERM, pb.TIER_SHORT_TERM
 EP, SD = pb.TIER_EPISODIC, pb.TIER_STRUCTURED
@@ -68,14 +67,7 @@ def import_stream(user: str, contents: list[str]) -> Iterator[pb.ImportRequest]:
     items = [
         pb.MemoryItem(id=str(uuid.uuid4()), tier=LT, kind=pb.KIND_NOTE, content=c) for c in contents
     ]
-    digest = hashlib.sha256()
-    yield pb.ImportRequest(scope=scope(user))
-    for i in items:
-        digest.update(i.SerializeToString(deterministic=True))
-        yield pb.ImportRequest(item=i)
-    yield pb.ImportRequest(
-        trailer=pb.ExportTrailer(item_count=len(items), checksum_sha256=digest.hexdigest())
-    )
+    yield from import_requests(user, items)
 
 
 async def test_usage_follows_every_write_path(

@@ -9,6 +9,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
+from memoryd.transport.export_stream import Checksum
 from memoryd.v1 import memory_pb2 as pb
 
 
@@ -49,3 +50,16 @@ def quota_failure(err: grpc.aio.AioRpcError) -> error_details_pb2.QuotaFailure:
             detail.Unpack(failure)
             return failure
     raise AssertionError("the error carries no QuotaFailure")
+
+
+def import_requests(
+    user_id: str, items: Iterable[pb.MemoryItem], *, auto_prune: bool = False
+) -> list[pb.ImportRequest]:
+    """An Import stream as memoryd's own Export frames one: the scope, the items, and a
+    trailer with their count and checksum (the server's own `Checksum`)."""
+    checksum = Checksum()
+    stream = [pb.ImportRequest(scope=scope(user_id), auto_prune=auto_prune)]
+    for item in items:
+        checksum.add(item)
+        stream.append(pb.ImportRequest(item=item))
+    return [*stream, pb.ImportRequest(trailer=checksum.trailer())]
