@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import itertools
 import json
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
-import numpy as np
 
 from memoryd.app import build_app
 from memoryd.settings import MetricsSettings, Settings
@@ -34,24 +31,7 @@ from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME
 from memoryd.transport.server import MemorydServer
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
-
-
-class HashVectors:
-    """MiniLM's name and dimension, hashed unit vectors: deterministic and cheap."""
-
-    name = MINILM_NAME
-    dim = MINILM_DIM
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        out = []
-        for text in texts:
-            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
-            v = np.random.default_rng(seed).standard_normal(self.dim)
-            out.append((v / np.linalg.norm(v)).tolist())
-        return out
-
-    def warm(self) -> None:
-        return None
+from scale_kit import HashVectors
 
 
 async def fill(
@@ -67,7 +47,7 @@ async def fill(
         metrics=MetricsSettings(listen=""),
         redis_url=redis_url,
     )
-    app = await build_app(settings, embedder=HashVectors())
+    app = await build_app(settings, embedder=HashVectors(MINILM_NAME, MINILM_DIM))
     server = MemorydServer(settings, app)
     port = await server.start()
     done_at: list[float] = []

@@ -14,40 +14,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import random
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from tests.support.conversation import SPEAKERS, utterance
 
 from memoryd.app import build_app
 from memoryd.core.models import AddCommand, RetrieveQuery, Scope, Tier
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME
-
-
-class PseudoVectors:
-    """Stands in for MiniLM while writing: same name and dimension, hashed unit vectors."""
-
-    name = MINILM_NAME
-    dim = MINILM_DIM
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        out = []
-        for text in texts:
-            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
-            v = np.random.default_rng(seed).standard_normal(self.dim)
-            out.append((v / np.linalg.norm(v)).tolist())
-        return out
-
-    def warm(self) -> None:
-        return None
+from scale_kit import HashVectors
 
 
 def _turn(rng: random.Random, n: int) -> str:
@@ -58,7 +38,7 @@ async def _fill(data_dir: Path, memories: int, user: str) -> None:
     # A byte quota far above the content skips summing every memory's size on each Add.
     limits = {"max_memories": memories + 10, "max_bytes": 10**12}
     settings = Settings(data_dir=data_dir, long_term=limits)
-    app = await build_app(settings, embedder=PseudoVectors())
+    app = await build_app(settings, embedder=HashVectors(MINILM_NAME, MINILM_DIM))
     rng = random.Random(7)
     started = time.perf_counter()
     day = 1_680_000_000.0

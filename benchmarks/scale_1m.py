@@ -65,6 +65,7 @@ from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME
 from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.vectors.port import RrfParams, VectorStore
 from scale_kit import (
+    HashVectors,
     Matrix,
     eval_corpus,
     exact_top_k,
@@ -97,27 +98,13 @@ def disk_mib(path: Path) -> float:
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
-
-class HashVectors:
-    """MiniLM's name and dimension, hashed unit vectors: no model, deterministic."""
-
-    name = MINILM_NAME
-    dim = MINILM_DIM
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        out = []
-        for text in texts:
-            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
-            out.append(normalise(np.random.default_rng(seed).standard_normal(self.dim)).tolist())
-        return out
-
     def warm(self) -> None:
         return None
 
 
 def corpus_embedder(kind: str, threads: int) -> Embedder:
     if kind == "hash":
-        return HashVectors()
+        return HashVectors(MINILM_NAME, MINILM_DIM)
     if kind == "onnx":
         from memoryd.stores.embeddings import MiniLMOnnxEmbedder
 
@@ -331,7 +318,7 @@ async def service_phase(
     """`engine.retrieve` through the app built on the loaded data (real query embedding)."""
     from memoryd.app import build_app
 
-    embedder = HashVectors() if args.corpus_vectors == "hash" else None
+    embedder = HashVectors(MINILM_NAME, MINILM_DIM) if args.corpus_vectors == "hash" else None
     app = await build_app(settings_for(args.adapter, data_dir), embedder=embedder)
     rng = random.Random(args.seed + 1)
     users = rng.sample(range(args.users), min(args.service_users, args.users))

@@ -5,6 +5,7 @@ the synthetic memory vectors and texts built from real sentences.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import uuid
@@ -121,3 +122,22 @@ def memory_texts(sentences: Sequence[str], count: int, seed: int) -> list[str]:
         if a != b:
             seen.setdefault(f"{sentences[a]} {sentences[b]}", None)
     return list(seen)
+
+
+class HashVectors:
+    """Stands in for an embedder: hashed unit vectors of its name and dimension, so a
+    benchmark writes many memories without running a model (deterministic per text)."""
+
+    def __init__(self, name: str, dim: int) -> None:
+        self.name = name
+        self.dim = dim
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        out = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+            out.append(normalise(np.random.default_rng(seed).standard_normal(self.dim)).tolist())
+        return out
+
+    def warm(self) -> None:
+        return None
