@@ -27,14 +27,15 @@ from pathlib import Path
 import grpc
 import httpx
 
-from fill_user import HashVectors
 from memoryd.app import build_app
 from memoryd.console.app import Console, create_app
 from memoryd.console.service import Service
 from memoryd.settings import MetricsSettings, Settings
+from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME
 from memoryd.transport.server import MemorydServer
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
+from scale_kit import HashVectors
 
 BATCH = 256
 
@@ -87,7 +88,7 @@ async def run(users: int, memories: int, rounds: int) -> dict[str, dict[str, flo
         metrics=MetricsSettings(listen=""),
         long_term={"max_memories": max(10_000, memories)},
     )
-    app = await build_app(settings, embedder=HashVectors())
+    app = await build_app(settings, embedder=HashVectors(MINILM_NAME, MINILM_DIM))
     server = MemorydServer(settings, app)
     port = await server.start()
     console = Console(Service(f"127.0.0.1:{port}"))
