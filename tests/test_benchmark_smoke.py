@@ -176,6 +176,18 @@ SMOKES: dict[str, Smoke] = {
             )
         },
     ),
+    "retrieve_after_write": Smoke(
+        "retrieve_after_write.py",
+        "--fill 20 --queries 3 --warmup 1 --data-dir {tmp}/data --json {tmp}/report.json",
+        {
+            "report.json": (
+                "fill.memories",
+                "retrieve_p99_ms",
+                "server_cpu_ms_per_retrieve",
+                "cpu_ms_per_retrieve_by_thread",
+            )
+        },
+    ),
     "retrieve_at_scale": Smoke(
         "retrieve_at_scale.py",
         "--memories 30 --queries 2 --json {tmp}/report.json",
