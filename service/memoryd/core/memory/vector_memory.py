@@ -179,17 +179,6 @@ class VectorMemory:
         skipped."""
         return await self.call(self.store.retrieve, ids)
 
-    async def payload_pages(self, flt: Filter) -> AsyncIterator[list[StoredPoint]]:
-        """Every point `flt` selects, one scroll page at a time, payloads undecoded (for
-        callers that read a field or two)."""
-        offset: str | None = None
-        while True:
-            points, offset = await self.call(self.store.scroll, flt, limit=PAGE_SIZE, offset=offset)
-            if points:
-                yield points
-            if offset is None:
-                return
-
     async def first(self, flt: Filter) -> StoredPoint | None:
         points, _ = await self.call(self.store.scroll, flt, limit=1)
         return points[0] if points else None
@@ -208,7 +197,8 @@ class VectorMemory:
         return [from_payload(p.id, p.payload) for p in points]
 
     async def points(self, flt: Filter) -> AsyncIterator[list[StoredPoint]]:
-        """Every matching point, one scroll page at a time (never all in memory)."""
+        """Every matching point, one scroll page at a time (never all in memory), payloads
+        undecoded (for callers that read a field or two)."""
         offset: str | None = None
         while True:
             points, offset = await self.call(self.store.scroll, flt, limit=PAGE_SIZE, offset=offset)

@@ -144,7 +144,7 @@ class EpisodicTier(ArchivingVectorTier):
             must=[memory.scope_filter(scope, self.tier, live_only=False)],
             must_not=[MatchValue("deleted", True)],
         )
-        async for points in memory.payload_pages(held):
+        async for points in memory.points(held):
             agents.update(str(p.payload.get("agent_id", "")) for p in points)
         return agents
 
@@ -226,7 +226,7 @@ class EpisodicTier(ArchivingVectorTier):
         that of the fullest agent. Reads payloads only (no content is decompressed)."""
         memory = self._memory
         per_agent: dict[str, list[int]] = {}
-        async for points in memory.payload_pages(self._live(scope)):
+        async for points in memory.points(self._live(scope)):
             for point in points:
                 counts = per_agent.setdefault(str(point.payload.get("agent_id", "")), [0, 0])
                 counts[0] += 1

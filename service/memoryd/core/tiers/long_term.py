@@ -305,7 +305,7 @@ class LongTermTier(ArchivingVectorTier):
         if not digests:
             return found
         flt = live.and_(MatchAny("content_hash", sorted(digests)))
-        async for points in self._memory.payload_pages(flt):
+        async for points in self._memory.points(flt):
             for point in points:
                 found.setdefault(str(point.payload["content_hash"]), point.id)
         return found
