@@ -217,6 +217,18 @@ class RetrievalSettings(_Block):
         "hybrid", description="Candidates from both dense and BM25, or one of them"
     )
     min_score: float = Field(0.3, ge=0, le=1, description="Default min_score of Retrieve")
+    filtered_min_score: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Default min_score of a Retrieve that selects by metadata `filters`: the "
+        "filter is the caller's criterion, the query orders what it selects (ADR 0405)",
+    )
+    task_grounding: bool = Field(
+        True,
+        description="A Retrieve asking working memory and other tiers also scores their "
+        "memories against the query grounded in the working entries it matched (ADR 0405)",
+    )
     rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant k")
     dense_weight: float = Field(1.0, gt=0, description="RRF weight of the dense prefetch")
     sparse_weight: float = Field(1.0, gt=0, description="RRF weight of the BM25 prefetch")

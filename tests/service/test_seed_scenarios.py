@@ -127,12 +127,6 @@ async def test_4_skiing_preferences_are_skiing_then_slopes(
 # on). Cosines, int8 / torch: "Paris trip planning" ~ "User likes French cuisine" 0.296 /
 # 0.281; "preferences" ~ "User likes skiing" 0.232 / 0.194. Earlier tests passed only with
 # other queries ("what does the user like"). Strict: they fail the suite once they pass.
-FLOOR_GAP = pytest.mark.xfail(
-    strict=True, reason="the seed's query scores under the relevance floor (issue 29)"
-)
-
-
-@FLOOR_GAP
 async def test_5_retrieve_from_working_and_long_term_working_first(
     shipped: RunningServer, user_id: str
 ) -> None:
@@ -190,7 +184,6 @@ async def test_8_large_content_is_compressed_and_returned_whole(
     assert got.items[0].content == content
 
 
-@FLOOR_GAP
 async def test_9_retrieve_with_a_metadata_filter(shipped: RunningServer, user_id: str) -> None:
     for content, category in [("User likes skiing", "sports"), ("User likes coffee", "food")]:
         await shipped.stub.Add(

@@ -56,7 +56,7 @@ from memoryd.core.retrieval.render_context import (
 from memoryd.core.retrieval.token_budget import TokenCounter, fit_to_budget
 from memoryd.core.sessions.sessions import Sessions
 from memoryd.core.text import utf8_len
-from memoryd.core.tiers.base import BatchAdder, TierHandler
+from memoryd.core.tiers.base import BatchAdder, TierHandler, TierHits
 from memoryd.core.tiers.registry import TIERS, spec
 from memoryd.core.validation import (
     Violations,
@@ -258,6 +258,9 @@ class MemoryEngine:
         for tier in query.tiers:
             self._check_tier_scope(v, tier, query.scope)
         v.raise_if_any()
+        if query.min_score is None and query.filters:
+            # The caller's filter selects; the query orders what it selects (ADR 0405).
+            query = dataclasses.replace(query, min_score=self._retrieval.filtered_min_score)
         tiers = list(dict.fromkeys(query.tiers)) or [
             t for t, h in self._tiers.items() if h.can_retrieve(query.scope)
         ]
@@ -303,15 +306,22 @@ class MemoryEngine:
         """Every tier's hits: working first, then the rest by score, each id once. Given
         `skipped`, a tier whose store is down is left out and listed there (unless every
         tier is down); without it, the call fails UNAVAILABLE."""
-        handlers = [self._tier(t) for t in tiers]
         working: list[MemoryRecord] = []
         ranked: list[list[MemoryRecord]] = []
         total = 0
         embedding_ms = 0.0
-        # Tiers live in different stores: ask them all at once.
-        answers = await asyncio.gather(
-            *(h.retrieve(query, top_k) for h in handlers), return_exceptions=True
-        )
+        hot = [t for t in tiers if spec(t).first_in_retrieval]
+        rest = [t for t in tiers if not spec(t).first_in_retrieval]
+        if hot and rest and self._retrieval.task_grounding and query.query.strip():
+            # The task's state first (in process or Redis: well under a millisecond): the
+            # entries the query matched ground the other tiers' query (ADR 0405).
+            first = await self._ask(hot, query, top_k)
+            grounded = dataclasses.replace(query, grounding=_grounding(first))
+            answers = [*first, *await self._ask(rest, grounded, top_k)]
+            tiers = [*hot, *rest]
+        else:
+            # Tiers live in different stores: ask them all at once.
+            answers = await self._ask(tiers, query, top_k)
         found = _reachable(list(zip(tiers, answers, strict=True)), skipped)
         for tier, hits in found.items():
             total += hits.total
@@ -329,6 +339,13 @@ class MemoryEngine:
             # memory, under one id: return it once, from the tier that ranked it first.
             unique = list({r.id: r for r in reversed(working + others)}.values())[::-1]
         return unique, total, embedding_ms
+
+    async def _ask(
+        self, tiers: Sequence[Tier], query: RetrieveQuery, top_k: int
+    ) -> list[TierHits | BaseException]:
+        return await asyncio.gather(
+            *(self._tier(t).retrieve(query, top_k) for t in tiers), return_exceptions=True
+        )
 
     async def render_context(self, request: RenderQuery) -> RenderedContext:
         """Persona facts, then the memories relevant to the query, as a <memory> block."""
@@ -621,3 +638,22 @@ def _log_retrieval(
             "latency_ms": round((time.perf_counter() - started) * 1000, 3),
         },
     )
+
+
+# How much of the task's state grounds a query: its best matching entries, each clipped
+# (working values can be large; the grounded text is embedded with the query).
+GROUNDING_ENTRIES = 3
+GROUNDING_CHARS = 200
+
+
+def _grounding(answers: Sequence[TierHits | BaseException]) -> str:
+    """The working entries the query matched (score above 0), best first, as "key: value"
+    clauses: what the task is about right now. Joined as sentences: MiniLM reads a line
+    break as a space, and a run-on query embeds further from either part."""
+    hits = [r for a in answers if isinstance(a, TierHits) for r in a.items if r.score > 0]
+    hits.sort(key=lambda r: -r.score)
+    lines = [
+        (f"{r.key}: {r.content}" if r.key else r.content)[:GROUNDING_CHARS]
+        for r in hits[:GROUNDING_ENTRIES]
+    ]
+    return "; ".join(lines)

@@ -185,6 +185,8 @@ class ScoreComponents:
     mmr_penalty: float
     relevance: float
     final: float
+    # What the query grounded in the task's state added to `dense` (ADR 0405).
+    grounding_lift: float = 0.0
 
 
 @dataclass
@@ -324,6 +326,10 @@ class RetrieveQuery:
     token_budget: int | None = None
     # Turns before/after each hit of a session to return with it (MemoryRecord.context).
     context_window: int = 0
+    # The task's state the query matched ("key: content" of its working hits): the vector
+    # tiers also score memories against the query grounded in it (ADR 0405). Set by the
+    # engine, never by a caller.
+    grounding: str = ""
 
 
 @dataclass

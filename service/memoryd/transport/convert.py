@@ -633,11 +633,12 @@ def explain_scores(response: pb.RetrieveResponse, records: Sequence[MemoryRecord
         if parts is None:
             continue
         out.dense = parts.dense
-        out.keyword = parts.relevance - parts.dense
+        out.keyword = parts.relevance - parts.dense - parts.grounding_lift
         out.fused, out.bm25, out.keyword_share = parts.fused, parts.keyword, parts.keyword_share
         out.relevance, out.rank, out.mmr = parts.relevance, parts.rank, -parts.mmr_penalty
         out.lifts["conversation"] = parts.final - parts.relevance
         for name, lift in (
+            ("task", parts.grounding_lift),
             ("speaker (rank)", parts.speaker_lift),
             ("time (rank)", parts.time_lift),
             ("conversation (rank)", parts.conversation_lift),

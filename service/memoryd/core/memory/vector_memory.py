@@ -286,9 +286,11 @@ class VectorMemory:
         min_score: float | None,
         *,
         context_window: int = 0,
+        grounding: str = "",
     ) -> TierHits:
-        """The memories `flt` selects that best answer `query`, ranked (`HybridSearch`),
-        each with its score components."""
+        """The memories `flt` selects that best answer `query` (also read in the light of
+        `grounding`, the task's state), ranked (`HybridSearch`), each with its score
+        components."""
         return await self._search.search(
-            flt, query, top_k, min_score, context_window=context_window
+            flt, query, top_k, min_score, context_window=context_window, grounding=grounding
         )

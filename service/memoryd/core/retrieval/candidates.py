@@ -26,10 +26,14 @@ class CandidatePool:
         encoder: bm25.BM25Encoder,
         idf: Mapping[int, float],
         query_vector: np.ndarray[Any, Any] | None,
+        grounded_vector: np.ndarray[Any, Any] | None = None,
     ) -> None:
         self._encoder = encoder
         self.idf = idf
         self._query = query_vector
+        # The query grounded in the task's state (ADR 0405): a memory's cosine is the
+        # better of the two, and what grounding added is kept apart (`Scored.grounded`).
+        self._grounded = grounded_vector
         self.members: dict[str, conversation.Scored] = {}
         self.payloads: dict[str, dict[str, Any]] = {}
         self.vectors: dict[str, DenseVector] = {}
@@ -38,16 +42,22 @@ class CandidatePool:
     def add_all(self, points: Sequence[Point]) -> list[conversation.Scored]:
         """Score points read from the store into the pool; returns their members."""
         cosines = [0.0] * len(points)
+        gains = [0.0] * len(points)
         with_vector = [i for i, p in enumerate(points) if p[2] is not None]
         if with_vector and self._query is not None:
             # One matrix product for every candidate (vectors and query are unit length).
             matrix = np.stack([points[i][2] for i in with_vector])  # type: ignore[misc]
-            sims = np.clip(dots(matrix, self._query), 0.0, 1.0).tolist()
-            for row, i in enumerate(with_vector):
-                cosines[i] = sims[row]
+            sims = np.clip(dots(matrix, self._query), 0.0, 1.0)
+            if self._grounded is not None:
+                grounded = np.clip(dots(matrix, self._grounded), 0.0, 1.0)
+                for row, gain in enumerate(np.maximum(grounded - sims, 0.0).tolist()):
+                    gains[with_vector[row]] = gain
+                sims = np.maximum(sims, grounded)
+            for row, sim in enumerate(sims.tolist()):
+                cosines[with_vector[row]] = sim
         added = []
         total_idf = sum(self.idf.values())
-        for (point_id, payload, vector), cosine in zip(points, cosines, strict=True):
+        for (point_id, payload, vector), cosine, gain in zip(points, cosines, gains, strict=True):
             terms = self._terms_of(payload)
             matched = sum(w for t, w in self.idf.items() if t in terms)
             metadata = payload.get("metadata") or {}
@@ -57,6 +67,7 @@ class CandidatePool:
             member = conversation.Scored(
                 id=point_id,
                 cosine=cosine,
+                grounded=gain,
                 bm25=conversation.bm25_of(
                     matched, len(terms), bm25.DEFAULT_K1, bm25.DEFAULT_B, bm25.DEFAULT_AVG_DOC_LEN
                 ),

@@ -41,6 +41,7 @@ class Scored:
     rank: float = 0.0  # base lifted by its conversation: what the pool is ordered by
     asks: bool = False  # the text is a question
     said: bool = False  # a turn of a conversation (payload.is_turn)
+    grounded: float = 0.0  # what the query grounded in the task's state added to `cosine`
 
     @property
     def turn(self) -> tuple[str, int] | None:

@@ -56,9 +56,13 @@ class HybridSearch:
         min_score: float | None,
         *,
         context_window: int = 0,
+        grounding: str = "",
     ) -> TierHits:
         """Candidates by hybrid search, ranked for conversations (ADR 0400), each hit
-        with its score components and, with a context window, its neighbouring turns."""
+        with its score components and, with a context window, its neighbouring turns.
+        With `grounding` (the task's state the query matched, ADR 0405) a memory's
+        similarity is the better of its cosine to the query and to the query so grounded;
+        the candidates are the query's own."""
         memory, settings = self._memory, self._settings
         threshold = settings.min_score if min_score is None else min_score
         query_sparse = self._encoder.encode_query(query)
@@ -88,9 +92,15 @@ class HybridSearch:
         )
         try:
             dense: list[float] | None = None
+            grounded: list[float] | None = None
             embedding_ms = 0.0
             if settings.mode != "keyword" or sparse is None:
-                [dense], embedding_ms = await memory.embed([query])
+                if grounding:
+                    [dense, grounded], embedding_ms = await memory.embed(
+                        [query, f"{query}. {grounding}"]
+                    )
+                else:
+                    [dense], embedding_ms = await memory.embed([query])
             if settings.mode == "dense":
                 sparse = None
             if settings.mode == "keyword" and sparse is not None:
@@ -146,7 +156,10 @@ class HybridSearch:
         )
         hits += [h for h in inside if h.id not in seen]
         query_vector = None if dense is None else np.asarray(dense, dtype=np.float32)
-        pool = CandidatePool(self._encoder, idf, query_vector)
+        grounded_vector = (
+            None if dense is None or grounded is None else np.asarray(grounded, dtype=np.float32)
+        )
+        pool = CandidatePool(self._encoder, idf, query_vector, grounded_vector)
         members = pool.add_all([(h.id, h.payload, h.dense_vector) for h in hits])
         neighbours = pool.add_all(
             [(p.id, p.payload, p.dense) for p in around if p.id not in pool.members]

@@ -119,7 +119,8 @@ class Ranker:
             (
                 m.id,
                 ScoreComponents(
-                    dense=m.cosine,
+                    dense=m.cosine - m.grounded,
+                    grounding_lift=m.grounded,
                     keyword=m.bm25,
                     keyword_share=m.share,
                     fused=m.fused,

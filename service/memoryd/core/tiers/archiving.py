@@ -173,7 +173,12 @@ class ArchivingVectorTier(VectorTier):
             items = await self._memory.records(flt, top_k)
             return TierHits(items=items, total=await self._count(flt))
         return await self._memory.search(
-            flt, query.query, top_k, query.min_score, context_window=query.context_window
+            flt,
+            query.query,
+            top_k,
+            query.min_score,
+            context_window=query.context_window,
+            grounding=query.grounding,
         )
 
     async def get(self, lookup: Lookup) -> GetResult:
