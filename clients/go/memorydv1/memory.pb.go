@@ -1292,7 +1292,8 @@ type ScoreComponents struct {
 	Dense float32 `protobuf:"fixed32,1,opt,name=dense,proto3" json:"dense,omitempty"`
 	// What the query's keywords added to the dense score: relevance minus dense.
 	Keyword float32 `protobuf:"fixed32,2,opt,name=keyword,proto3" json:"keyword,omitempty"`
-	// Each lift by name. "conversation" moved the score (final minus relevance); names ending
+	// Each lift by name. "conversation" moved the score (final minus relevance); "task" is what
+	// grounding the query in the task's working memory added to dense (ADR 0405); names ending
 	// in "(rank)" (speaker, time, conversation) moved the hit's place in the ranking only.
 	Lifts map[string]float32 `protobuf:"bytes,3,rep,name=lifts,proto3" json:"lifts,omitempty" protobuf_key:"bytes,1,opt,name=key,proto3" protobuf_val:"fixed32,2,opt,name=value,proto3"`
 	// The diversity (MMR) adjustment of the hit's rank: 0 or negative.
@@ -2009,7 +2010,8 @@ type RetrieveRequest struct {
 	// top-level field of that name).
 	Filters map[string]string `protobuf:"bytes,5,rep,name=filters,proto3" json:"filters,omitempty" protobuf_key:"bytes,1,opt,name=key,proto3" protobuf_val:"bytes,2,opt,name=value,proto3"`
 	Kinds   []Kind            `protobuf:"varint,6,rep,packed,name=kinds,proto3,enum=memoryd.v1.Kind" json:"kinds,omitempty"`
-	// 0..1; unset means the server default (0.3).
+	// 0..1; unset means the server default: 0.3, or with `filters` 0 (the filter selects and
+	// the query orders what it selects; ADR 0405).
 	MinScore *float32 `protobuf:"fixed32,7,opt,name=min_score,json=minScore,proto3,oneof" json:"min_score,omitempty"`
 	// Tokens (cl100k_base); unset means the server default.
 	TokenBudget *int32 `protobuf:"varint,8,opt,name=token_budget,json=tokenBudget,proto3,oneof" json:"token_budget,omitempty"`

@@ -690,7 +690,8 @@ class ScoreComponents(_message.Message):
     """What the candidates were ordered by: fused plus every lift."""
     @_builtins.property
     def lifts(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
-        """Each lift by name. "conversation" moved the score (final minus relevance); names ending
+        """Each lift by name. "conversation" moved the score (final minus relevance); "task" is what
+        grounding the query in the task's working memory added to dense (ADR 0405); names ending
         in "(rank)" (speaker, time, conversation) moved the hit's place in the ranking only.
         """
 
@@ -1046,7 +1047,9 @@ class RetrieveRequest(_message.Message):
     top_k: _builtins.int
     """1..100; 0 means 10."""
     min_score: _builtins.float
-    """0..1; unset means the server default (0.3)."""
+    """0..1; unset means the server default: 0.3, or with `filters` 0 (the filter selects and
+    the query orders what it selects; ADR 0405).
+    """
     token_budget: _builtins.int
     """Tokens (cl100k_base); unset means the server default."""
     context_window: _builtins.int

@@ -473,7 +473,8 @@ export type ScoreComponents = Message<"memoryd.v1.ScoreComponents"> & {
   keyword: number;
 
   /**
-   * Each lift by name. "conversation" moved the score (final minus relevance); names ending
+   * Each lift by name. "conversation" moved the score (final minus relevance); "task" is what
+   * grounding the query in the task's working memory added to dense (ADR 0405); names ending
    * in "(rank)" (speaker, time, conversation) moved the hit's place in the ranking only.
    *
    * @generated from field: map<string, float> lifts = 3;
@@ -901,7 +902,8 @@ export type RetrieveRequest = Message<"memoryd.v1.RetrieveRequest"> & {
   kinds: Kind[];
 
   /**
-   * 0..1; unset means the server default (0.3).
+   * 0..1; unset means the server default: 0.3, or with `filters` 0 (the filter selects and
+   * the query orders what it selects; ADR 0405).
    *
    * @generated from field: optional float min_score = 7;
    */
