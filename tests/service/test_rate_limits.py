@@ -244,6 +244,22 @@ async def test_each_item_of_an_add_batch_is_one_write_against_its_user_s_rate(
     assert (await admin.AddBatch(batch(bob, "bob reads"))).succeeded_count == 1
 
 
+async def test_an_add_batch_refused_for_one_user_costs_its_other_users_nothing(
+    start_server: ServerFactory, clock: MovableClock, keys_file: Path, buckets: dict[str, Any]
+) -> None:
+    s = await limited_server(start_server, clock, keys_file, buckets)
+    alice, bob = (f"u-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    admin = Caller(s.channel, new_key(keys_file, "acme", "admin", profile="tight"))
+    await admin.AddBatch(batch(bob, "bob walks", "bob runs"))  # bob's 2 writes spent
+
+    mixed = pb.AddBatchRequest(items=[*batch(alice, "alice walks").items, *batch(bob, "no").items])
+    err = await rpc_error(admin.AddBatch(mixed))
+    assert error_info(err).reason == "RATE_LIMITED"
+    # Nothing was written, so alice's token came back: her bucket still holds both.
+    stored = await admin.AddBatch(batch(alice, "alice swims", "alice rows"))
+    assert stored.succeeded_count == 2
+
+
 async def test_an_add_batch_forgets_its_users_cached_answers(
     start_server: ServerFactory, clock: MovableClock, keys_file: Path
 ) -> None:

@@ -73,6 +73,21 @@ async def test_tokens_come_back_with_time_up_to_the_capacity(
     assert [t.allowed for t in later] == [True] * 10 + [False]
 
 
+async def test_tokens_given_back_can_be_taken_again_up_to_the_capacity(
+    open_buckets: Opener, key: BucketKey
+) -> None:
+    buckets, other_replica = open_buckets(), open_buckets()
+    for _ in range(10):
+        await buckets.take(key, TEN_A_MINUTE, T0)
+    await other_replica.give_back(key, TEN_A_MINUTE, T0, 3)
+    again = [await buckets.take(key, TEN_A_MINUTE, T0) for _ in range(4)]
+    assert [t.allowed for t in again] == [True, True, True, False]
+    # Giving back more than was taken fills the bucket, no further.
+    await buckets.give_back(key, TEN_A_MINUTE, T0, 50)
+    full = [await buckets.take(key, TEN_A_MINUTE, T0) for _ in range(11)]
+    assert [t.allowed for t in full] == [True] * 10 + [False]
+
+
 async def test_a_clock_stepping_back_adds_no_tokens(open_buckets: Opener, key: BucketKey) -> None:
     buckets = open_buckets()
     for _ in range(10):

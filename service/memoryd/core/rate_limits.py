@@ -11,9 +11,10 @@ configured, shared by every replica, else in this process.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 
 from memoryd.core.errors import QuotaExceeded, RateLimited
@@ -78,6 +79,17 @@ class RateLimits:
             return None
         return None if taken.allowed else taken.retry_after_s
 
+    async def _give_back(
+        self, principal: Principal, scope: Scope, kind: Limited, cost: int
+    ) -> None:
+        per_minute = self.per_minute(principal, scope, kind)
+        if per_minute is None:
+            return
+        key = BucketKey(scope.tenant, scope.user_id, kind.value)
+        # Without their store the tokens come back with the refill; _take warns of it.
+        with contextlib.suppress(BucketsUnavailable):
+            await self._buckets.give_back(key, Rate.per_minute(per_minute), self._clock(), cost)
+
     def limited(self, principal: Principal) -> bool:
         """Whether any limit may apply to this caller (else no bookkeeping is needed)."""
         return principal.authenticated
@@ -102,6 +114,20 @@ class RateLimits:
             message=f"query rate limit reached for this {whose}'s listings (max: {limit:,} "
             f"queries per minute); retry in {retry_after:.1f} s, or upgrade the plan",
         )
+
+    async def charge_writes(self, principal: Principal, writes: Mapping[Scope, int]) -> None:
+        """`charge_write` for each user of one call (an AddBatch), all or none: when one
+        user's writes are refused, the others' tokens are given back, since nothing of the
+        call is written."""
+        charged: list[tuple[Scope, int]] = []
+        try:
+            for scope, count in writes.items():
+                await self.charge_write(principal, scope, count)
+                charged.append((scope, count))
+        except BaseException:
+            for scope, count in charged:
+                await self._give_back(principal, scope, Limited.WRITE, count)
+            raise
 
     async def charge_write(self, principal: Principal, scope: Scope, writes: int = 1) -> None:
         """Take `writes` write tokens at once (an AddBatch's items for this user), or raise

@@ -169,8 +169,7 @@ class RateLimiting(AroundCall):
                 return await behavior(request, context)
             if isinstance(request, Message):
                 writes = self._writes(principal, request)
-                for scope, count in writes.items():
-                    await self._limits.charge_write(principal, scope, count)
+                await self._limits.charge_writes(principal, writes)
                 try:
                     return await behavior(request, context)
                 finally:

@@ -30,5 +30,11 @@ class InProcessBuckets:
                 self._buckets.popitem(last=False)
             return taken
 
+    async def give_back(self, key: BucketKey, rate: Rate, now: float, amount: float) -> None:
+        async with self._lock:
+            tokens, last = self._buckets.pop(key, (rate.capacity, now))
+            tokens, last = refill(tokens, last, rate, now)
+            self._buckets[key] = (min(rate.capacity, tokens + amount), last)
+
     async def close(self) -> None:
         self._buckets.clear()

@@ -47,6 +47,10 @@ class TokenBuckets(Protocol):
         """Atomically refill the bucket to `now` and take `cost` tokens if it holds them."""
         ...
 
+    async def give_back(self, key: BucketKey, rate: Rate, now: float, amount: float) -> None:
+        """Return `amount` tokens a call took and did not use (never past capacity)."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -25,8 +25,9 @@ from memoryd.stores.redis_clients import (
 # A Redis (or cluster node) that cannot be reached, and any error reply.
 _UNAVAILABLE: tuple[type[BaseException], ...] = (RedisError, *DOWN)
 
-# KEYS[1] bucket; ARGV capacity, refill per second, now (s), cost.
-# Numbers go back as strings: Redis would truncate Lua floats to integers.
+# KEYS[1] bucket; ARGV capacity, refill per second, now (s), cost. A negative cost gives
+# tokens back (a refused AddBatch returns what its other users' items took), never past
+# the capacity. Numbers go back as strings: Redis would truncate Lua floats to integers.
 _TAKE = """
 local capacity = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
@@ -46,7 +47,7 @@ if now > last then last = now end
 local allowed = 0
 local retry = 0
 if tokens + 1e-9 >= cost then
-  tokens = math.max(0, tokens - cost)
+  tokens = math.min(capacity, math.max(0, tokens - cost))
   allowed = 1
 else
   retry = (cost - tokens) / rate
@@ -84,6 +85,9 @@ class RedisBuckets:
         except _UNAVAILABLE as exc:
             raise BucketsUnavailable(str(exc)) from exc
         return Taken(bool(int(allowed)), float(remaining), float(retry))
+
+    async def give_back(self, key: BucketKey, rate: Rate, now: float, amount: float) -> None:
+        await self.take(key, rate, now, -amount)
 
     async def close(self) -> None:
         await self._redis.aclose()
