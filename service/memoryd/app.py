@@ -442,7 +442,7 @@ async def _build_app(
     browser = Browser(
         directory,
         memory,
-        lambda scope: engine.usage(scope),
+        lambda scope: engine.usage(scope, alerting=False),
         clock,
         list(tiers),
         backfill=usage_adapters.adapter_name(settings) == "in_process",

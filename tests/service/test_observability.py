@@ -174,6 +174,10 @@ async def test_quota_alerts_are_counted_by_level(start_server: ServerFactory, us
     err = await rpc_error(s.stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_LONG_TERM, content="3")))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     await s.stub.Usage(pb.UsageRequest(scope=sc))
+    # The console's listing shows the same usage without raising the alerts again.
+    for _ in range(2):
+        [listed] = (await s.stub.ListUsers(pb.ListUsersRequest(user_id_prefix=user_id))).users
+        assert listed.user_id == user_id
     m = await metrics_of(s)
     assert m.value("memoryd_quota_alerts_total", tier="long_term", level="exceeded") == 1
     assert m.value("memoryd_quota_alerts_total", tier="long_term", level="critical") == 1

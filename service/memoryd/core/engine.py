@@ -599,7 +599,10 @@ class MemoryEngine:
             raise Unimplemented("browsing users and memories")
         return self._browser
 
-    async def usage(self, scope: Scope) -> UsageReport:
+    async def usage(self, scope: Scope, *, alerting: bool = True) -> UsageReport:
+        """The user's usage per tier and its quota alerts; `alerting` counts the alerts in
+        the metrics (a Usage call does; the console's listing of users reads the same report
+        and does not, or every page view would raise them again)."""
         v = Violations()
         check_scope(v, scope, self._limits)
         v.raise_if_any()
@@ -610,7 +613,7 @@ class MemoryEngine:
         tiers = _reachable(answers, skipped)
         report = usage_report(list(tiers.values()), self._usage)
         report.skipped_tiers = skipped
-        for alert in report.alerts:
+        for alert in report.alerts if alerting else ():
             self._observer.quota_alert(alert.tier, alert.level)
         return report
 
