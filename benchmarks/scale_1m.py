@@ -171,7 +171,8 @@ def settings_for(adapter: str, data_dir: Path) -> Settings:
         return Settings(data_dir=data_dir)
     return Settings(
         data_dir=data_dir,
-        vectors={"backend": "qdrant", "qdrant_location": str(data_dir / "qdrant-local")},
+        vectors={"backend": "qdrant"},
+        qdrant={"location": str(data_dir / "qdrant-local")},
     )
 
 

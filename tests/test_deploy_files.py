@@ -139,9 +139,7 @@ def settings_from(env: Mapping[str, str], monkeypatch: pytest.MonkeyPatch) -> Se
 
 
 def test_the_settings_names_are_derived_from_the_model() -> None:
-    assert {"MEMORYD_LISTEN", "MEMORYD_VECTORS__BACKEND", "MEMORYD_VECTORS__QDRANT_URL"} <= (
-        SETTING_NAMES
-    )
+    assert {"MEMORYD_LISTEN", "MEMORYD_VECTORS__BACKEND", "MEMORYD_QDRANT__URL"} <= SETTING_NAMES
     assert is_setting("MEMORYD_QUOTAS__TENANT_PROFILES__ACME")
     assert not is_setting("MEMORYD_VECTORS__URL")
     assert not is_setting("MEMORYD_VECTOR__BACKEND")
@@ -527,7 +525,7 @@ def test_compose_memoryd_uses_redis_qdrant_and_the_keys_secret(
     settings = settings_from(env, monkeypatch)
     assert settings.redis_url == "redis://redis:6379/0"
     assert settings.vectors.backend == "qdrant"
-    assert settings.vectors.qdrant_url == "http://qdrant:6333"
+    assert settings.qdrant.url == "http://qdrant:6333"
     (secret,) = memoryd["secrets"]
     assert env["MEMORYD_AUTH__KEYS_FILE"] == f"/run/secrets/{secret}"
     assert set(compose["secrets"]) == {secret}
@@ -795,13 +793,11 @@ def test_the_network_policy_lets_memoryd_reach_its_stores(
     settings = settings_from(config_env(docs), monkeypatch)
     policy = one(docs, "NetworkPolicy", "memoryd")["spec"]
     allowed_out = {p["port"] for rule in policy["egress"] for p in rule["ports"]}
-    assert settings.redis_url is not None and settings.vectors.qdrant_url is not None
+    assert settings.redis_url is not None and settings.qdrant.url is not None
     redis_port = port_of(settings.redis_url.rsplit("/", 1)[0])
-    qdrant_port = port_of(settings.vectors.qdrant_url)
+    qdrant_port = port_of(settings.qdrant.url)
     # qdrant-client speaks gRPC on the REST port + 1 when it prefers gRPC.
-    needed = {53, redis_port, qdrant_port} | (
-        {6334} if settings.vectors.qdrant_prefer_grpc else set()
-    )
+    needed = {53, redis_port, qdrant_port} | ({6334} if settings.qdrant.prefer_grpc else set())
     assert needed <= allowed_out
 
 
@@ -817,8 +813,8 @@ def test_the_dev_overlay_brings_redis_with_its_append_only_file_and_qdrant(
 ) -> None:
     docs = rendered["dev"]
     settings = settings_from(config_env(docs), monkeypatch)
-    assert settings.redis_url is not None and settings.vectors.qdrant_url is not None
-    for store, url in (("redis", settings.redis_url), ("qdrant", settings.vectors.qdrant_url)):
+    assert settings.redis_url is not None and settings.qdrant.url is not None
+    for store, url in (("redis", settings.redis_url), ("qdrant", settings.qdrant.url)):
         service = one(docs, "Service", store)
         assert service["metadata"]["name"] in url
         assert port_of(url.split("//")[1].split("/")[0]) in {
@@ -994,7 +990,7 @@ def test_compose_points_memoryd_at_the_cluster_with_sharding_and_replication(
     check_setting_names(set(env))
     settings = settings_from(env, monkeypatch)
     assert settings.vectors.backend == "qdrant"
-    assert settings.vectors.qdrant_url == "http://qdrant:6333"
+    assert settings.qdrant.url == "http://qdrant:6333"
     qdrant = settings.qdrant
     assert qdrant.sharding == "tenant" and qdrant.quantization == "int8"
     # Every shard on two of the three nodes: one node can go without losing a shard.
@@ -1076,8 +1072,8 @@ def test_kubernetes_points_memoryd_at_the_cluster_with_sharding_and_replication(
     cluster: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = settings_from(config_env(cluster), monkeypatch)
-    assert settings.vectors.backend == "qdrant" and settings.vectors.qdrant_url is not None
-    host, port = settings.vectors.qdrant_url.split("//")[1].split(":")
+    assert settings.vectors.backend == "qdrant" and settings.qdrant.url is not None
+    host, port = settings.qdrant.url.split("//")[1].split(":")
     service = one(cluster, "Service", host)["spec"]
     pods = qdrant_statefulset(cluster)["spec"]
     assert service["selector"].items() <= pods["template"]["metadata"]["labels"].items()

@@ -94,19 +94,21 @@ class VectorSettings(_Block):
     backend: Literal["edge", "qdrant"] = Field(
         "edge", description="edge: in-process qdrant-edge under data_dir; qdrant: a server"
     )
-    qdrant_url: str | None = Field(None, description="Qdrant server URL (backend=qdrant)")
-    qdrant_api_key: str | None = Field(None, description="API key of the Qdrant server")
-    qdrant_prefer_grpc: bool = Field(True, description="Talk to Qdrant over gRPC, not REST")
-    qdrant_location: str | None = Field(
-        None, description="qdrant-client local mode (':memory:' or a path), instead of a URL"
-    )
     collection: str = Field("memories", description="The one collection of every vector tier")
 
 
 class QdrantSettings(_Block):
-    """How memoryd creates its collection on a Qdrant server or cluster (vectors.backend =
-    "qdrant"; docs/scaling.md). Applied when memoryd creates the collection; an existing
-    collection is adopted as it is, except that its sharding method must match."""
+    """The Qdrant server or cluster (vectors.backend = "qdrant"; docs/scaling.md): where it
+    is, and how memoryd creates its collection there. The collection settings apply when
+    memoryd creates it; an existing collection is adopted as it is, except that its
+    sharding method must match."""
+
+    url: str | None = Field(None, description="Qdrant server URL (vectors.backend=qdrant)")
+    api_key: str | None = Field(None, description="API key of the Qdrant server")
+    prefer_grpc: bool = Field(True, description="Talk to Qdrant over gRPC, not REST")
+    location: str | None = Field(
+        None, description="qdrant-client local mode (':memory:' or a path), instead of a URL"
+    )
 
     sharding: Literal["auto", "tenant"] = Field(
         "auto",

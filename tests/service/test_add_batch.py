@@ -15,6 +15,7 @@ from memoryd.v1 import memory_pb2 as pb
 from tests.conftest import RunningServer, ServerFactory
 from tests.support.rpc import bad_request_fields, rpc_error, scope
 from tests.support.scrape import scrape
+from tests.support.vector_stores import QDRANT_LOCAL
 
 LT = pb.TIER_LONG_TERM
 
@@ -41,7 +42,7 @@ async def starter(request: pytest.FixtureRequest, start_server: ServerFactory) -
             return await start_server(**overrides)
         redis_url = request.getfixturevalue("redis_server").url
         return await start_server(
-            vectors={"backend": "qdrant", "qdrant_location": ":memory:"},
+            **QDRANT_LOCAL,
             redis_url=redis_url,
             **overrides,
         )

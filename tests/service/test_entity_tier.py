@@ -16,20 +16,20 @@ from tests.conftest import RunningServer, ServerFactory
 from tests.service.test_export_import import export, stream
 from tests.support.clock import MovableClock
 from tests.support.rpc import bad_request_fields, quota_failure, rpc_error, scope
+from tests.support.vector_stores import QDRANT_LOCAL
 
 E = pb.TIER_ENTITY
 
 
 @pytest.fixture(params=["edge", "qdrant"])
-def vectors(request: pytest.FixtureRequest) -> dict[str, str]:
-    if request.param == "qdrant":
-        return {"backend": "qdrant", "qdrant_location": ":memory:"}
-    return {"backend": "edge"}
+def vectors(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The vector adapter's server settings."""
+    return QDRANT_LOCAL if request.param == "qdrant" else {"vectors": {"backend": "edge"}}
 
 
 @pytest.fixture
-async def server(start_server: ServerFactory, vectors: dict[str, str]) -> RunningServer:
-    return await start_server(vectors=vectors)
+async def server(start_server: ServerFactory, vectors: dict[str, Any]) -> RunningServer:
+    return await start_server(**vectors)
 
 
 async def entity(s: RunningServer, user: str, name: str, **kw: Any) -> pb.AddResponse:
@@ -99,10 +99,10 @@ async def test_a_relation_creates_the_entities_it_names_and_shows_on_both(
 
 
 async def test_a_newer_contradicting_relation_closes_the_old_one(
-    start_server: ServerFactory, vectors: dict[str, str], user_id: str
+    start_server: ServerFactory, vectors: dict[str, Any], user_id: str
 ) -> None:
     clock = MovableClock()
-    s = await start_server(clock=clock, vectors=vectors)
+    s = await start_server(clock=clock, **vectors)
     old = await relate(s, user_id, "Ana", "works_at", "Acme")
     clock.advance(100)
     new = await relate(s, user_id, "Ana", "works_at", "Globex")
@@ -120,10 +120,10 @@ async def test_a_newer_contradicting_relation_closes_the_old_one(
 
 
 async def test_a_relation_older_than_the_current_one_is_stored_closed(
-    start_server: ServerFactory, vectors: dict[str, str], user_id: str
+    start_server: ServerFactory, vectors: dict[str, Any], user_id: str
 ) -> None:
     clock = MovableClock()
-    s = await start_server(clock=clock, vectors=vectors)
+    s = await start_server(clock=clock, **vectors)
     current = await relate(s, user_id, "Ana", "lives_in", "Rome")
     past = pb.Relation(subject="Ana", predicate="lives_in", object="Lyon")
     past.valid_from.FromSeconds(int(clock.now) - 1000)
@@ -207,9 +207,9 @@ def small_quota(entities: int, relations: int) -> dict[str, object]:
 
 
 async def test_a_full_entity_tier_refuses_with_the_quota_error(
-    start_server: ServerFactory, vectors: dict[str, str], user_id: str
+    start_server: ServerFactory, vectors: dict[str, Any], user_id: str
 ) -> None:
-    s = await start_server(vectors=vectors, **small_quota(3, 2))
+    s = await start_server(**vectors, **small_quota(3, 2))
     for name in ("A", "B", "C"):
         await entity(s, user_id, name)
     err = await rpc_error(entity(s, user_id, "D"))
@@ -231,10 +231,10 @@ async def test_a_full_entity_tier_refuses_with_the_quota_error(
 
 
 async def test_auto_prune_drops_the_oldest_entities_with_their_relations(
-    start_server: ServerFactory, vectors: dict[str, str], user_id: str
+    start_server: ServerFactory, vectors: dict[str, Any], user_id: str
 ) -> None:
     clock = MovableClock()
-    s = await start_server(clock=clock, vectors=vectors, **small_quota(3, 10))
+    s = await start_server(clock=clock, **vectors, **small_quota(3, 10))
     for name in ("A", "B", "C"):
         await entity(s, user_id, name)
         clock.advance(1)
@@ -252,10 +252,10 @@ async def test_auto_prune_drops_the_oldest_entities_with_their_relations(
 
 
 async def test_entities_and_relations_leave_in_an_export_and_come_back_linked(
-    start_server: ServerFactory, vectors: dict[str, str], user_id: str
+    start_server: ServerFactory, vectors: dict[str, Any], user_id: str
 ) -> None:
     clock = MovableClock()
-    s = await start_server(clock=clock, vectors=vectors)
+    s = await start_server(clock=clock, **vectors)
     await entity(s, user_id, "Ana", type="person", aliases=["Anita"])
     await relate(s, user_id, "Ana", "works_at", "Acme")
     clock.advance(10)
@@ -286,10 +286,10 @@ async def test_erasure_and_prune_all_remove_the_entity_tier(
 
 
 async def test_entities_are_persistent_retention_leaves_them(
-    start_server: ServerFactory, vectors: dict[str, str], user_id: str
+    start_server: ServerFactory, vectors: dict[str, Any], user_id: str
 ) -> None:
     clock = MovableClock()
-    s = await start_server(clock=clock, vectors=vectors)
+    s = await start_server(clock=clock, **vectors)
     await relate(s, user_id, "Ana", "knows", "Juan")
     clock.advance(3 * 365 * 86_400)
     report = await s.app.maintenance.run_once()
@@ -308,10 +308,10 @@ async def test_entities_are_persistent_retention_leaves_them(
 
 
 async def test_oldest_percent_prunes_entities_with_their_relations(
-    start_server: ServerFactory, vectors: dict[str, str], user_id: str
+    start_server: ServerFactory, vectors: dict[str, Any], user_id: str
 ) -> None:
     clock = MovableClock()
-    s = await start_server(clock=clock, vectors=vectors)
+    s = await start_server(clock=clock, **vectors)
     for name in ("A", "B", "C", "D"):
         await entity(s, user_id, name)
         clock.advance(1)

@@ -15,6 +15,7 @@ from memoryd.v1 import memory_pb2 as pb
 from tests.conftest import RunningServer, ServerFactory
 from tests.support.clock import MovableClock
 from tests.support.rpc import bad_request_fields, quota_failure, rpc_error, scope
+from tests.support.vector_stores import QDRANT_LOCAL
 
 EP = pb.TIER_EPISODIC
 DAY = 86_400
@@ -50,7 +51,7 @@ async def vec(request: pytest.FixtureRequest, start_server: ServerFactory) -> Ru
     """A server on each vector adapter (the hot store plays no part in this tier)."""
     if request.param == "edge":
         return await start_server()
-    return await start_server(vectors={"backend": "qdrant", "qdrant_location": ":memory:"})
+    return await start_server(**QDRANT_LOCAL)
 
 
 @pytest.fixture

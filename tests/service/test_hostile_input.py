@@ -22,6 +22,7 @@ from memoryd.transport import interceptors
 from memoryd.v1 import memory_pb2 as pb
 from tests.conftest import RunningServer, ServerFactory
 from tests.support.rpc import bad_request_fields, import_requests, rpc_error, scope
+from tests.support.vector_stores import QDRANT_LOCAL
 
 LT, SD = pb.TIER_LONG_TERM, pb.TIER_STRUCTURED
 # The last instant a google.protobuf.Timestamp can hold: 9999-12-31T23:59:59.999999999Z.
@@ -39,7 +40,7 @@ async def vec(request: pytest.FixtureRequest, start_server: ServerFactory) -> Ru
     """A server on each vector adapter: a filter must mean the same on both."""
     if request.param == "edge":
         return await start_server()
-    return await start_server(vectors={"backend": "qdrant", "qdrant_location": ":memory:"})
+    return await start_server(**QDRANT_LOCAL)
 
 
 async def export_items(s: RunningServer, user: str) -> list[pb.MemoryItem]:

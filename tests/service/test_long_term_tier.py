@@ -17,6 +17,7 @@ from memoryd.v1 import memory_pb2 as pb
 from tests.conftest import RunningServer, ServerFactory
 from tests.support.clock import MovableClock
 from tests.support.rpc import quota_failure, rpc_error, scope
+from tests.support.vector_stores import QDRANT_LOCAL
 
 LT = pb.TIER_LONG_TERM
 
@@ -43,7 +44,7 @@ async def lt(request: pytest.FixtureRequest, start_server: ServerFactory) -> Run
     stands in for a Qdrant server here)."""
     if request.param == "edge":
         return await start_server()
-    return await start_server(vectors={"backend": "qdrant", "qdrant_location": ":memory:"})
+    return await start_server(**QDRANT_LOCAL)
 
 
 async def test_without_diversity_results_are_in_score_order(

@@ -27,6 +27,7 @@ from tests.conftest import RunningServer, ServerFactory
 from tests.service.test_quotas import bulk_load, live_count
 from tests.support.redis_server import RedisServer
 from tests.support.rpc import quota_failure, rpc_error, scope
+from tests.support.vector_stores import QDRANT_LOCAL
 
 LT = pb.TIER_LONG_TERM
 SKI_MEMORIES = [
@@ -111,8 +112,8 @@ async def test_3_add_long_term_memory_is_embedded_and_searchable(
 async def test_4_skiing_preferences_are_skiing_then_slopes(
     start_server: ServerFactory, shipped_embedder: Embedder, user_id: str, backend: str
 ) -> None:
-    vectors = {"backend": "qdrant", "qdrant_location": ":memory:"} if backend != "edge" else {}
-    s = await start_server(model=shipped_embedder, **({"vectors": vectors} if vectors else {}))
+    stores = QDRANT_LOCAL if backend != "edge" else {}
+    s = await start_server(model=shipped_embedder, **stores)
     for content in SKI_MEMORIES:
         await s.stub.Add(pb.AddRequest(scope=scope(user_id), tier=LT, content=content))
     found = await s.stub.Retrieve(

@@ -20,6 +20,7 @@ from tests.service.test_export_import import export, stream
 from tests.support.openai_stub import ChatReply, OpenAIStub, start_openai_stub
 from tests.support.redis_server import RedisServer
 from tests.support.rpc import bad_request_fields, rich_status, rpc_error, scope
+from tests.support.vector_stores import QDRANT_LOCAL
 
 ST, P, E, EP = pb.TIER_SHORT_TERM, pb.TIER_PERSONA, pb.TIER_ENTITY, pb.TIER_EPISODIC
 
@@ -62,23 +63,22 @@ def chat() -> Iterator[OpenAIStub]:
 
 
 @pytest.fixture(params=["edge", "qdrant"])
-def vectors(request: pytest.FixtureRequest) -> dict[str, str]:
-    if request.param == "qdrant":
-        return {"backend": "qdrant", "qdrant_location": ":memory:"}
-    return {"backend": "edge"}
+def vectors(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The vector adapter's server settings."""
+    return QDRANT_LOCAL if request.param == "qdrant" else {"vectors": {"backend": "edge"}}
 
 
 @pytest.fixture
 async def server(
     start_server: ServerFactory,
     redis_server: RedisServer,
-    vectors: dict[str, str],
+    vectors: dict[str, Any],
     chat: OpenAIStub,
 ) -> RunningServer:
     """Redis hot tiers, each vector adapter, and an extractor pointed at the stub."""
     return await start_server(
         redis_url=redis_server.url,
-        vectors=vectors,
+        **vectors,
         extraction={"base_url": chat.url, "model": "stub-model", "max_retries": 0},
     )
 
@@ -245,13 +245,13 @@ async def test_ending_a_session_again_adds_nothing(
 async def test_with_messages_kept_ending_again_adds_nothing_either(
     start_server: ServerFactory,
     redis_server: RedisServer,
-    vectors: dict[str, str],
+    vectors: dict[str, Any],
     chat: OpenAIStub,
     user_id: str,
 ) -> None:
     s = await start_server(
         redis_url=redis_server.url,
-        vectors=vectors,
+        **vectors,
         extraction={"base_url": chat.url, "max_retries": 0},
         sessions={"keep_messages_on_end": True},
     )

@@ -16,6 +16,7 @@ from memoryd.v1 import memory_pb2 as pb
 from tests.conftest import RunningServer, ServerFactory
 from tests.support.clock import MovableClock
 from tests.support.rpc import bad_request_fields, quota_failure, rpc_error, scope
+from tests.support.vector_stores import QDRANT_LOCAL
 
 SD = pb.TIER_STRUCTURED
 DAY = 86_400
@@ -42,7 +43,7 @@ async def vec(request: pytest.FixtureRequest, start_server: ServerFactory) -> Ru
     """A server on each vector adapter: filters must mean the same on both."""
     if request.param == "edge":
         return await start_server()
-    return await start_server(vectors={"backend": "qdrant", "qdrant_location": ":memory:"})
+    return await start_server(**QDRANT_LOCAL)
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ from tests.conftest import RunningServer, ServerFactory
 from tests.support.grants import Caller, new_key
 from tests.support.redis_server import RedisServer
 from tests.support.rpc import scope
+from tests.support.vector_stores import QDRANT_LOCAL
 
 # Calls per vector adapter: the embedded engine takes the full 10,000; qdrant-client's local
 # mode (a pure-Python reference engine standing in for a Qdrant server) answers a hybrid
@@ -390,12 +391,10 @@ async def test_ten_thousand_random_calls_never_cross_a_tenant_or_a_user(
 ) -> None:
     keys_file = tmp_path / "keys.jsonl"
     keys_file.touch()
-    backend: dict[str, Any] = {"backend": "edge"}
-    if vectors == "qdrant":
-        backend = {"backend": "qdrant", "qdrant_location": ":memory:"}
+    stores = QDRANT_LOCAL if vectors == "qdrant" else {"vectors": {"backend": "edge"}}
     server = await start_server(
         redis_url=redis_server.url,
-        vectors=backend,
+        **stores,
         auth={"keys_file": keys_file},
         quotas=SUITE_QUOTAS,
     )

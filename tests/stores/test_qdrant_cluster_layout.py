@@ -17,6 +17,7 @@ from qdrant_client.conversions.conversion import RestToGrpc
 from memoryd.app import open_vector_store
 from memoryd.core.startup import StartupRefused
 from memoryd.settings import InvalidSettings, Settings, check_environment
+from memoryd.stores.vectors import cluster_layout
 from memoryd.stores.vectors.port import (
     DENSE_VECTOR,
     Filter,
@@ -35,7 +36,7 @@ DIM = 4
 
 def layout_of(**qdrant: object) -> ClusterLayout:
     """The layout the server builds from these settings (as vectors.ADAPTERS does)."""
-    return ClusterLayout(**Settings.explicit(qdrant=qdrant).qdrant.model_dump())
+    return cluster_layout(Settings.explicit(qdrant=qdrant).qdrant)
 
 
 def as_sent(params: dict[str, object]) -> models.CreateCollection:
@@ -145,6 +146,32 @@ def test_the_sharded_store_sends_the_collection_parameters_of_its_settings() -> 
         store.close()
 
 
+def test_a_read_never_creates_a_shard_key_and_a_tenant_without_one_has_nothing() -> None:
+    store = ShardedQdrantStore(location=":memory:", dim=DIM, layout=layout_of(**CLUSTER_SETTINGS))
+    try:
+        nobody = Filter(must=[MatchValue("tenant", "hooli"), MatchValue("user_id", "u")])
+        assert store.count(nobody) == 0
+        assert store.count_each(nobody, "term_ids", [1, 2]) == [0, 0]
+        assert store.scroll(nobody) == ([], None)
+        assert store.scroll(nobody, order_by="created_at") == ([], None)
+        assert store.search(nobody, dense=[1.0, 0.0, 0.0, 0.0]) == []
+        assert store.delete_where(nobody) == 0
+        assert store.cluster.key_requests == [] and store.cluster.shard_keys == {}
+        # Once another replica has written the tenant, a read finds its key and its points.
+        store.cluster.shard_keys["hooli"] = {}
+        point = VectorPoint(
+            "00000000-0000-0000-0000-000000000003",
+            [1.0, 0.0, 0.0, 0.0],
+            payload={"tenant": "hooli", "user_id": "u"},
+        )
+        store.upsert([point])
+        store._shard_keys.discard("hooli")  # as a replica that has not seen the key yet
+        assert store.count(nobody) == 1
+        assert store.cluster.violations == []
+    finally:
+        store.close()
+
+
 def test_replicas_share_the_shard_keys_whoever_created_them() -> None:
     """A key made by another replica before this one opened is known from the server's
     list; one made after is found when creating it is refused."""
@@ -177,8 +204,8 @@ def test_local_mode_refuses_sharding_by_tenant_at_start_up_naming_the_setting(
 ) -> None:
     settings = Settings.explicit(
         data_dir=tmp_path,
-        vectors={"backend": "qdrant", "qdrant_location": ":memory:"},
-        qdrant={"sharding": "tenant"},
+        vectors={"backend": "qdrant"},
+        qdrant={"location": ":memory:", "sharding": "tenant"},
     )
     with pytest.raises(StartupRefused) as refused:
         open_vector_store(settings, DIM)

@@ -19,10 +19,16 @@ from qdrant_client.http.exceptions import UnexpectedResponse
 
 from memoryd.settings import Settings
 from memoryd.stores import vectors
+from memoryd.stores.vectors import cluster_layout
 from memoryd.stores.vectors.port import VectorStore
-from memoryd.stores.vectors.qdrant_server_store import ClusterLayout, QdrantServerVectorStore
+from memoryd.stores.vectors.qdrant_server_store import QdrantServerVectorStore
 
 ADAPTERS = sorted(vectors.ADAPTERS)
+# Server settings for the qdrant adapter in local mode (it stands in for a Qdrant server).
+QDRANT_LOCAL: dict[str, Any] = {
+    "vectors": {"backend": "qdrant"},
+    "qdrant": {"location": ":memory:"},
+}
 SHARDED = "qdrant-tenant"
 # Cluster settings as an operator would give them (MEMORYD_QDRANT__*).
 CLUSTER_SETTINGS: dict[str, Any] = {
@@ -39,12 +45,12 @@ def open_store(kind: str, data_dir: Path, dim: int, *, persistent: bool = False)
     if kind == SHARDED:
         settings = Settings.explicit(data_dir=data_dir, qdrant=CLUSTER_SETTINGS)
         return ShardedQdrantStore(
-            location=":memory:", dim=dim, layout=ClusterLayout(**settings.qdrant.model_dump())
+            location=":memory:", dim=dim, layout=cluster_layout(settings.qdrant)
         )
     config: dict[str, Any] = {}
     if kind == "qdrant":
-        config["qdrant_location"] = str(data_dir / "qdrant") if persistent else ":memory:"
-    return vectors.ADAPTERS[kind](Settings.explicit(data_dir=data_dir, vectors=config), dim)
+        config["location"] = str(data_dir / "qdrant") if persistent else ":memory:"
+    return vectors.ADAPTERS[kind](Settings.explicit(data_dir=data_dir, qdrant=config), dim)
 
 
 class ShardedLocalClient:

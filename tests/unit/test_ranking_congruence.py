@@ -12,7 +12,7 @@ import pytest
 from memoryd.core.engine import MemoryEngine
 from memoryd.core.models import AddCommand, MemoryRecord, RetrieveQuery, Scope, Tier
 from tests.support.conversation import SPEAKERS, WORDS, utterance
-from tests.support.vector_stores import ADAPTERS
+from tests.support.vector_stores import ADAPTERS, QDRANT_LOCAL
 from tests.unit.unit_kit import AppFactory
 
 # The first 34 words: the test's conversations were written with these. (With the whole
@@ -76,10 +76,8 @@ async def test_every_vector_adapter_ranks_a_conversation_alike(
 ) -> None:
     rankings = {}
     for adapter in ADAPTERS:
-        vectors = {"backend": adapter}
-        if adapter == "qdrant":
-            vectors["qdrant_location"] = ":memory:"
-        rankings[adapter] = await _ranking((await make_app(vectors=vectors)).engine, seed)
+        stores = QDRANT_LOCAL if adapter == "qdrant" else {"vectors": {"backend": adapter}}
+        rankings[adapter] = await _ranking((await make_app(**stores)).engine, seed)
     reference = rankings.pop("edge")
     assert any(reference), "the queries must find something"
     for adapter, ranking in rankings.items():

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
-    from memoryd.settings import Settings
+    from memoryd.settings import QdrantSettings, Settings
     from memoryd.stores.vectors.port import VectorStore
+    from memoryd.stores.vectors.qdrant_server_store import ClusterLayout
 
 # (settings, dimension of the configured embedder) -> an open store.
 VectorStoreFactory: TypeAlias = "Callable[[Settings, int], VectorStore]"
@@ -28,21 +29,32 @@ def _edge(settings: Settings, dim: int) -> VectorStore:
 
 
 def _qdrant(settings: Settings, dim: int) -> VectorStore:
-    from memoryd.stores.vectors.qdrant_server_store import ClusterLayout, QdrantServerVectorStore
+    from memoryd.stores.vectors.qdrant_server_store import QdrantServerVectorStore
 
-    cfg = settings.vectors
+    cfg = settings.qdrant
     # qdrant-client reads any `location` but ':memory:' as a URL: a path is local mode.
-    in_memory = cfg.qdrant_location == ":memory:"
+    in_memory = cfg.location == ":memory:"
     return QdrantServerVectorStore(
-        url=cfg.qdrant_url,
-        api_key=cfg.qdrant_api_key,
-        prefer_grpc=cfg.qdrant_prefer_grpc,
-        collection=cfg.collection,
+        url=cfg.url,
+        api_key=cfg.api_key,
+        prefer_grpc=cfg.prefer_grpc,
+        collection=settings.vectors.collection,
         dim=dim,
-        location=cfg.qdrant_location if in_memory else None,
-        path=None if in_memory else cfg.qdrant_location,
-        layout=ClusterLayout(**settings.qdrant.model_dump()),
+        location=cfg.location if in_memory else None,
+        path=None if in_memory else cfg.location,
+        layout=cluster_layout(cfg),
     )
+
+
+# QdrantSettings fields that say where the server is, not how the collection is laid out.
+_WHERE = frozenset({"url", "api_key", "prefer_grpc", "location"})
+
+
+def cluster_layout(cfg: QdrantSettings) -> ClusterLayout:
+    """The collection layout `qdrant.*` asks for."""
+    from memoryd.stores.vectors.qdrant_server_store import ClusterLayout
+
+    return ClusterLayout(**cfg.model_dump(exclude=set(_WHERE)))
 
 
 ADAPTERS: dict[str, VectorStoreFactory] = {

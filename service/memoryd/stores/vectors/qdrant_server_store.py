@@ -328,13 +328,18 @@ class QdrantServerVectorStore:
         listed = self._client.list_shard_keys(self._collection).shard_keys or []
         self._shard_keys.update(str(k.key) for k in listed)
 
-    def _selector(self, filter: Filter | None) -> str | None:
+    def _selector(self, filter: Filter | None) -> str | _NoShard | None:
         """The shard key of the tenant `filter` names (sharding="tenant"), else None: a
-        call without a selector goes to every shard."""
+        call without a selector goes to every shard. A read never creates a key: a tenant
+        whose key no replica has made yet has no points (`NO_SHARD`: the read finds none)."""
         if not self._layout.by_tenant or filter is None:
             return None
         tenant = _tenant_of(filter)
-        return None if tenant is None else self._shard_key(tenant)
+        if tenant is None or tenant in self._shard_keys:
+            return tenant
+        with self._shard_keys_lock:
+            self._list_shard_keys()  # another replica may have written the tenant since
+        return tenant if tenant in self._shard_keys else NO_SHARD
 
     @property
     def dim(self) -> int:
@@ -435,6 +440,8 @@ class QdrantServerVectorStore:
         qfilter = _group(filter)
         with self._write("delete_where"):
             shard = self._selector(filter)
+            if isinstance(shard, _NoShard):
+                return 0
             # Exact within this process (the lock); other writers to the same server could
             # race between count and delete, which Qdrant offers no way to prevent.
             matched = self._client.count(
@@ -480,11 +487,11 @@ class QdrantServerVectorStore:
 
     def count(self, filter: Filter | None = None) -> int:
         with self._read("count"):
+            shard = self._selector(filter)
+            if isinstance(shard, _NoShard):
+                return 0
             result = self._client.count(
-                self._collection,
-                count_filter=_filter(filter),
-                exact=True,
-                shard_key_selector=self._selector(filter),
+                self._collection, count_filter=_filter(filter), exact=True, shard_key_selector=shard
             )
         return result.count
 
@@ -493,6 +500,8 @@ class QdrantServerVectorStore:
         out = []
         with self._read("count"):
             shard = self._selector(filter)
+            if isinstance(shard, _NoShard):
+                return [0] * len(values)
             for value in values:
                 must: list[models.Condition] = [
                     models.FieldCondition(key=field, match=models.MatchValue(value=int(value)))
@@ -522,6 +531,9 @@ class QdrantServerVectorStore:
         if order_by is None:
             start = parse_id_offset(offset)
             with self._read("scroll"):
+                shard = self._selector(filter)
+                if isinstance(shard, _NoShard):
+                    return [], None
                 records, next_id = self._client.scroll(
                     self._collection,
                     scroll_filter=_filter(filter),
@@ -529,7 +541,7 @@ class QdrantServerVectorStore:
                     offset=start,
                     with_payload=True,
                     with_vectors=vector_names(with_vectors),
-                    shard_key_selector=self._selector(filter),
+                    shard_key_selector=shard,
                 )
             points = [_stored_point(r, with_vectors) for r in records]
             return points, (None if next_id is None else canonical_id(str(next_id)))
@@ -538,6 +550,9 @@ class QdrantServerVectorStore:
         cursor = None if offset is None else OrderCursor.decode(offset, order_by, descending)
         effective = without_ties(filter, cursor)
         with self._read("scroll"):
+            shard = self._selector(filter)
+            if isinstance(shard, _NoShard):
+                return [], None
             records, _ = self._client.scroll(
                 self._collection,
                 scroll_filter=_filter(effective),
@@ -549,7 +564,7 @@ class QdrantServerVectorStore:
                 ),
                 with_payload=True,
                 with_vectors=vector_names(with_vectors),
-                shard_key_selector=self._selector(filter),
+                shard_key_selector=shard,
             )
         return ordered_page(
             records,
@@ -582,6 +597,8 @@ class QdrantServerVectorStore:
 
         with self._read("search"), self._quiet_local_params():
             shard = self._selector(filter)
+            if isinstance(shard, _NoShard):
+                return []
             if dense_query is not None and sparse is not None:
                 rrf = fusion or RrfParams()
                 per_source = rrf.prefetch_limit_for(limit)
@@ -663,6 +680,13 @@ class QdrantServerVectorStore:
         # Collection metadata merges top-level keys, so replacing META_KEY replaces it whole.
         with self._write("write_meta"):
             self._client.update_collection(self._collection, metadata={META_KEY: dict(meta)})
+
+
+class _NoShard:
+    """A tenant whose shard key does not exist yet (sharding="tenant")."""
+
+
+NO_SHARD = _NoShard()
 
 
 def _tenant_of(filter: Filter) -> str | None:
