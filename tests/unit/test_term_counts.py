@@ -18,7 +18,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from memoryd.app import App, build_app
 from memoryd.core.memory.derived import DerivedCache, Held
-from memoryd.core.memory.term_counts import Counts, carried, key_of, live_condition, selecting
+from memoryd.core.memory.term_counts import (
+    MAX_CARRIED_TERMS,
+    Counts,
+    carried,
+    key_of,
+    live_condition,
+    selecting,
+)
 from memoryd.core.models import (
     AddCommand,
     Lookup,
@@ -379,3 +386,13 @@ def test_what_the_evaluator_cannot_tell_is_never_carried() -> None:
     assert Counts(0.0, math.inf, 0).with_inserted([_point(3, [1])]) is None  # no filter
     held = [Held("counts", counts), Held("counts2", plain), Held("turn", "a last turn")]
     assert [h.key for h in carried(held, [_point(4, [1])])] == ["counts2"]
+
+
+def test_a_write_carries_counts_up_to_a_number_of_terms_and_leaves_the_rest_to_lapse() -> None:
+    flt = Filter(must=[MatchValue("user_id", "ana")])
+    big = _counts(flt, -math.inf, 1, {t: 1 for t in range(MAX_CARRIED_TERMS - 10)}, math.inf)
+    small = _counts(flt, -math.inf, 1, {1: 1}, math.inf)
+    held = [Held("big", big), Held("too many", big), Held("small", small)]
+    after = carried(held, [_point(1, [1])])
+    assert [h.key for h in after] == ["big", "small"]
+    assert [h.weight for h in after] == [1 + len(big.df), 2]
