@@ -1,8 +1,8 @@
 """The per-user term counts carried through a write (core/memory/term_counts.py,
 derived.py) are always what a fresh recount in the store gives, whatever the writes: adds
 (some expiring, some in other tiers or of other users), deletes, prunes, two writers at
-once. So rankings never change for keeping them. On the embedded store (the one whose
-generations are per user), through the real composition.
+once. So rankings never change for keeping them. Through the real composition, on the
+embedded store and on qdrant-client (local mode).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import random
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,8 +48,23 @@ def clock() -> MovableClock:
     return MovableClock(1_800_000_000.0)
 
 
+@pytest.fixture(params=["edge", "qdrant"])
+async def server(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: MovableClock
+) -> AsyncIterator[Server]:
+    """The embedded store, and qdrant-client in local mode (on disk: it restarts)."""
+    settings: dict[str, Any] = {}
+    if request.param == "qdrant":
+        location = str(tmp_path / "qdrant")
+        settings["vectors"] = {"backend": "qdrant", "qdrant_location": location}
+    s = Server(tmp_path / "data", clock, **settings)
+    await s.start()
+    yield s
+    await s.stop()
+
+
 @pytest.fixture
-async def server(tmp_path: Path, clock: MovableClock) -> AsyncIterator[Server]:
+async def edge_server(tmp_path: Path, clock: MovableClock) -> AsyncIterator[Server]:
     s = Server(tmp_path / "data", clock)
     await s.start()
     yield s
@@ -198,9 +214,13 @@ async def test_an_add_to_an_empty_tier_makes_its_kept_empty_entry_count_one(
     assert server.counts_made() == 1  # only the term, never the live count again
 
 
-async def test_a_write_to_another_user_leaves_this_users_entries_alone(server: Server) -> None:
-    assert server.app is not None
-    app = server.app
+async def test_a_write_to_another_user_leaves_this_users_entries_alone(
+    edge_server: Server,
+) -> None:
+    """On the embedded store, whose generations are per user (qdrant-client's local mode
+    has one for every write: there another user's write voids them, as before)."""
+    assert edge_server.app is not None
+    app = edge_server.app
     await app.engine.add(AddCommand(scope=USER, tier=Tier.LONG_TERM, content="coffee beans"))
     await retrieve(app, "coffee garden")
     kept = kept_counts(app)
