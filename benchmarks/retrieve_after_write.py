@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import os
 import tempfile
@@ -46,6 +47,25 @@ def _named(self):
     _run(self)
 threading.Thread._bootstrap_inner = _named
 """
+# With --trace-store: every call of the vector store adapter, as one line "start name ms"
+# (start on CLOCK_MONOTONIC, which the client shares), appended to $MEMORYD_TRACE_STORE.
+STORE_TRACE = """
+import os, time
+from memoryd.stores.vectors import edge_store as _edge
+_out = open(os.environ["MEMORYD_TRACE_STORE"], "a", buffering=1)
+def _timed(name, fn):
+    def call(self, *args, **kwargs):
+        t0 = time.monotonic()
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            label = name + ("[" + kwargs["order_by"] + "]" if kwargs.get("order_by") else "")
+            _out.write("%.6f %s %.3f\\n" % (t0, label, (time.monotonic() - t0) * 1000))
+    return call
+for _name in ("count", "count_each", "scroll", "search", "retrieve", "upsert", "delete",
+              "delete_where", "set_payload"):
+    setattr(_edge.EdgeVectorStore, _name, _timed(_name, getattr(_edge.EdgeVectorStore, _name)))
+"""
 
 
 def thread_ticks(pid: int) -> dict[tuple[int, str], int]:
@@ -69,6 +89,7 @@ async def measure(target: str, pid: int, args: argparse.Namespace) -> dict[str, 
     filled = await load.fill(target, user, args.fill - writes)
     scope = pb.Scope(user_id=user, agent_id="agent", session_id="s", task_id="t")
     latencies: list[float] = []
+    windows: list[tuple[float, float]] = []  # each recorded Retrieve, CLOCK_MONOTONIC
     cpu: dict[str, float] = defaultdict(float)
     async with grpc.aio.insecure_channel(target) as channel:
         stub = memory_pb2_grpc.MemoryServiceStub(channel)
@@ -83,13 +104,16 @@ async def measure(target: str, pid: int, args: argparse.Namespace) -> dict[str, 
                 top_k=10,
             )
             before = thread_ticks(pid)
+            started = time.monotonic()
             t0 = time.perf_counter()
             await stub.Retrieve(request, timeout=load.CALL_TIMEOUT_S)
             elapsed = (time.perf_counter() - t0) * 1000
+            ended = time.monotonic()
             after = thread_ticks(pid)
             if i < 0:
                 continue
             latencies.append(elapsed)
+            windows.append((started, ended))
             for key, value in after.items():
                 cpu["main" if key[0] == pid else key[1]] += (value - before.get(key, 0)) * TICK_MS
     n = len(latencies)
@@ -107,6 +131,28 @@ async def measure(target: str, pid: int, args: argparse.Namespace) -> dict[str, 
         },
         "threads": sorted({name for _, name in thread_ticks(pid)}),
         "loadavg_after": os.getloadavg(),
+        "windows": windows,
+    }
+
+
+def store_calls(trace: Path, windows: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
+    """Per store call name: calls and ms (wall, in the calling thread) per Retrieve, of the
+    calls that started inside a recorded Retrieve."""
+    starts = [w[0] for w in windows]
+    calls: dict[str, list[float]] = defaultdict(list)
+    for line in trace.read_text().splitlines():
+        start, name, ms = line.split()
+        i = bisect.bisect_right(starts, float(start)) - 1
+        if i >= 0 and float(start) <= windows[i][1]:
+            calls[name].append(float(ms))
+    n = len(windows)
+    return {
+        name: {
+            "calls_per_retrieve": len(ms) / n,
+            "ms_per_retrieve": sum(ms) / n,
+            "p50_ms": percentile(ms, 50),
+        }
+        for name, ms in sorted(calls.items(), key=lambda kv: -sum(kv[1]))
     }
 
 
@@ -118,14 +164,26 @@ def main() -> None:
     parser.add_argument("--write-every", type=int, default=1, help="0: never write")
     parser.add_argument("--data-dir", type=Path, help="the server's (reused if filled)")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument(
+        "--trace-store",
+        action="store_true",
+        help="time every store call of the server (edge adapter) and report those of the "
+        "Retrieves (adds a little to each call: compare traced runs with traced runs)",
+    )
     args = parser.parse_args()
     data_dir = args.data_dir or Path(f"/tmp/memoryd-after-write-{time.time_ns()}")
     result: dict[str, Any] = {"loadavg_before": os.getloadavg()}
     shim = Path(tempfile.mkdtemp(prefix="memoryd-thread-names-"))
-    (shim / "sitecustomize.py").write_text(THREAD_NAMES)
+    (shim / "sitecustomize.py").write_text(THREAD_NAMES + (STORE_TRACE if args.trace_store else ""))
     env = {"PYTHONPATH": os.pathsep.join([str(shim), str(load.ROOT / "service")])}
+    trace = shim / "store-calls.txt"
+    if args.trace_store:
+        env["MEMORYD_TRACE_STORE"] = str(trace)
     with load.server_process(env, data_dir) as (target, pid):
         result |= asyncio.run(measure(target, pid, args))
+    windows = result.pop("windows")
+    if args.trace_store:
+        result["store_calls_per_retrieve"] = store_calls(trace, windows)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

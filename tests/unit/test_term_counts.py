@@ -17,8 +17,15 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from memoryd.app import App, build_app
-from memoryd.core.memory.derived import DerivedCache
-from memoryd.core.memory.term_counts import key_of, live_condition
+from memoryd.core.memory.derived import DerivedCache, Held
+from memoryd.core.memory.term_counts import (
+    MAX_CARRIED_TERMS,
+    Counts,
+    carried,
+    key_of,
+    live_condition,
+    selecting,
+)
 from memoryd.core.models import (
     AddCommand,
     Lookup,
@@ -30,7 +37,7 @@ from memoryd.core.models import (
     Tier,
 )
 from memoryd.settings import Settings
-from memoryd.stores.vectors.port import Filter, MatchValue
+from memoryd.stores.vectors.port import TERMS_FIELD, Filter, MatchAny, MatchValue
 from memoryd.telemetry import Telemetry
 from tests.support.clock import MovableClock
 from tests.unit.unit_kit import HashEmbedder
@@ -39,15 +46,15 @@ USER = Scope(tenant="t1", user_id="ana")
 OTHER = Scope(tenant="t1", user_id="ben")
 WORDS = "coffee kittens recital garden report"
 QUERIES = ["coffee", "garden kittens", "who waters the garden", "recital report", WORDS]
-COUNTING = ("memoryd.store qdrant_edge.count", "memoryd.store qdrant_edge.count_each")
+COUNTING = (".count", ".count_each")  # the store spans' names end so, whatever the adapter
 
 
 class Server:
     """The real composition on the embedded stores, traced; `restart` opens it again on
     the same data (nothing kept in memory)."""
 
-    def __init__(self, data_dir: Path, clock: MovableClock) -> None:
-        self._settings = Settings(data_dir=data_dir)
+    def __init__(self, data_dir: Path, clock: MovableClock, **settings: Any) -> None:
+        self._settings = Settings(data_dir=data_dir, **settings)
         self._clock = clock
         self.exporter = InMemorySpanExporter()
         self.app: App | None = None
@@ -74,7 +81,10 @@ class Server:
 
     def counts_made(self) -> int:
         """The store's count calls since the last call of this (the work kept counts save)."""
-        made = sum(s.name in COUNTING for s in self.exporter.get_finished_spans())
+        made = sum(
+            s.name.startswith("memoryd.store ") and s.name.endswith(COUNTING)
+            for s in self.exporter.get_finished_spans()
+        )
         self.exporter.clear()
         return made
 
@@ -149,8 +159,11 @@ async def test_another_users_writes_leave_a_users_kept_counts(server: Server) ->
     await app.engine.delete(Lookup(scope=OTHER, tier=Tier.LONG_TERM, ids=[other]))
     await _retrieve(app)
     assert server.counts_made() == 0
-    await _add(app, "the garden")  # the user's own write: counted again
+    added = await _add(app, "the garden")  # the user's own Add: carried, still no count
     await _retrieve(app)
+    assert server.counts_made() == 0
+    await app.engine.delete(Lookup(scope=USER, tier=Tier.LONG_TERM, ids=[added]))
+    await _retrieve(app)  # the user's own delete: counted again
     assert server.counts_made() > 0
     await _assert_ranks_as_counted_afresh(server)
 
@@ -303,3 +316,86 @@ def test_the_least_recently_used_entries_go_first_past_the_entries_or_the_weight
     cache.keep(BEN, "heavy", "h", 0, weight=20)
     assert cache.weight <= 25 and len(cache) == 2
     assert cache.get(BEN, "heavy", str) == "h" and cache.get(ANA, "a", str) is None
+
+
+def test_entries_held_before_a_write_are_carried_only_when_that_write_alone_moved_it() -> None:
+    generations = Generations()
+    cache = DerivedCache(generations)
+    cache.keep(ANA, "k", "before", generations(*ANA), weight=3, since=1.0, until=9.0)
+    cache.keep(BEN, "k", "ben's", generations(*BEN))
+    before, held = cache.held(ANA)
+    assert held == [Held("k", "before", 3, 1.0, 9.0)]  # the owner's alone
+    generations.write(ANA)
+    cache.carry_written(ANA, [Held("k", "after", 3, 1.0, 8.0)], before)
+    assert cache.get(ANA, "k", str, at=5.0) == "after"
+    assert cache.get(ANA, "k", str, at=8.5) is None  # the window the carried entry got
+    assert cache.get(BEN, "k", str) == "ben's"
+
+    cache.keep(ANA, "k", "before", generations(*ANA))
+    before, held = cache.held(ANA)
+    generations.write(ANA)
+    generations.write(ANA)  # another write meanwhile: what it did is not in the entry
+    cache.carry_written(ANA, [Held("k", "after")], before)
+    assert cache.get(ANA, "k", str) is None
+    generations.write(ANA)
+    assert cache.held(ANA) == (generations(*ANA), [])  # a stale entry is never held
+
+
+def test_a_value_derived_before_a_write_never_replaces_one_carried_through_it() -> None:
+    generations = Generations()
+    cache = DerivedCache(generations)
+    read_at = generations(*ANA)  # a reader starts...
+    before, _ = cache.held(ANA)
+    generations.write(ANA)
+    cache.carry_written(ANA, [Held("k", "carried")], before)
+    cache.keep(ANA, "k", "read before the write", read_at)  # ...and ends after it
+    assert cache.get(ANA, "k", str) == "carried"
+
+
+def _counts(flt: Filter, now: float, live: int, df: dict[int, int], until: float) -> Counts:
+    return Counts(now, until, live, df, selecting(flt))
+
+
+def _point(n: int, terms: list[int], expires: object = None, **payload: Any) -> Any:
+    body = {"tenant": "t1", "user_id": "ana", "tier": "long_term", "deleted": False}
+    body |= {"expires_at": expires, TERMS_FIELD: terms, **payload}
+    return (f"00000000-0000-0000-0000-{n:012d}", body)
+
+
+def test_a_new_point_the_filter_selects_adds_to_the_live_count_and_to_its_counted_terms() -> None:
+    flt = Filter(
+        must=[MatchValue("user_id", "ana"), live_condition(10.0)],
+        must_not=[MatchValue("deleted", True)],
+    )
+    counts = _counts(flt, 10.0, 4, {1: 2, 2: 0}, 50.0)
+    after = counts.with_inserted([_point(1, [1, 3, 1]), _point(2, [2], expires=30.0)])
+    assert after == _counts(flt, 10.0, 6, {1: 3, 2: 1}, 30.0)  # term 3 was never counted
+    assert counts == _counts(flt, 10.0, 4, {1: 2, 2: 0}, 50.0)  # a copy: never in place
+    # Not selected (deleted; another user; expired at the counts' clock): nothing changes.
+    assert counts.with_inserted([_point(3, [1], deleted=True)]) == counts
+    assert counts.with_inserted([_point(4, [1], user_id="ben")]) == counts
+    assert counts.with_inserted([_point(5, [1], expires=10.0)]) == counts
+    # An empty tier's entry (none live) gets its first.
+    empty = _counts(flt, 10.0, 0, {}, math.inf)
+    assert empty.with_inserted([_point(6, [1])]) == _counts(flt, 10.0, 1, {}, math.inf)
+
+
+def test_what_the_evaluator_cannot_tell_is_never_carried() -> None:
+    flt = Filter(must=[MatchValue("user_id", "ana"), MatchAny("metadata.tags[]", ["x"])])
+    counts = _counts(flt, -math.inf, 1, {}, math.inf)
+    assert counts.with_inserted([_point(1, [1])]) is None
+    plain = _counts(Filter(must=[MatchValue("user_id", "ana")]), -math.inf, 1, {}, math.inf)
+    assert plain.with_inserted([_point(2, [1], expires="soon")]) is None
+    assert Counts(0.0, math.inf, 0).with_inserted([_point(3, [1])]) is None  # no filter
+    held = [Held("counts", counts), Held("counts2", plain), Held("turn", "a last turn")]
+    assert [h.key for h in carried(held, [_point(4, [1])])] == ["counts2"]
+
+
+def test_a_write_carries_counts_up_to_a_number_of_terms_and_leaves_the_rest_to_lapse() -> None:
+    flt = Filter(must=[MatchValue("user_id", "ana")])
+    big = _counts(flt, -math.inf, 1, {t: 1 for t in range(MAX_CARRIED_TERMS - 10)}, math.inf)
+    small = _counts(flt, -math.inf, 1, {1: 1}, math.inf)
+    held = [Held("big", big), Held("too many", big), Held("small", small)]
+    after = carried(held, [_point(1, [1])])
+    assert [h.key for h in after] == ["big", "small"]
+    assert [h.weight for h in after] == [1 + len(big.df), 2]

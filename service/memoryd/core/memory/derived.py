@@ -10,8 +10,11 @@ cache and one rule:
 The generation is read *before* the store is (a write landing meanwhile moves it, and what
 was read is then never kept); an entry derived from a write itself (the turn a write
 placed) is kept at the generation that write made, and only when no other write moved it.
-A store that other writers share answers None and nothing is kept. An entry may also carry
+So are entries carried through a write: what held before a pure insert, updated with the
+points it added (`held`, then `carry_written`; term_counts.py says how counts are). A
+store that other writers share answers None and nothing is kept. An entry may also carry
 a clock window (counts stop holding when the first memory they counted expires).
+Generations only grow: an entry is never replaced by one derived at an older generation.
 
 Bounded: the least recently used entries go first, past a number of entries or a total
 weight (an entry of term counts weighs as many terms as it holds).
@@ -37,6 +40,17 @@ MAX_ENTRIES = 8192
 MAX_WEIGHT = 200_000
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """An entry as kept: its key, value, weight and clock window."""
+
+    key: Hashable
+    value: object
+    weight: int = 1
+    since: float = -math.inf
+    until: float = math.inf
+
+
 @dataclass(slots=True)
 class _Entry:
     generation: int
@@ -56,6 +70,8 @@ class DerivedCache:
     ) -> None:
         self._generation = generation
         self._entries: OrderedDict[tuple[Owner, Hashable], _Entry] = OrderedDict()
+        # Each owner's keys (in `_entries`), so that a write finds its user's entries.
+        self._keys: dict[Owner, dict[Hashable, None]] = {}
         self._lock = threading.Lock()
         self._max_entries = max_entries
         self._max_weight = max_weight
@@ -100,14 +116,43 @@ class DerivedCache:
         if generation is None:
             return
         with self._lock:
+            held = self._entries.get((owner, key))
+            if held is not None and held.generation > generation:
+                return  # derived after a later write already (a read racing a write)
             self._drop((owner, key))
             self._entries[(owner, key)] = _Entry(generation, value, weight, since, until)
+            self._keys.setdefault(owner, {})[key] = None
             self._weight += weight
             while len(self._entries) > 1 and (
                 len(self._entries) > self._max_entries or self._weight > self._max_weight
             ):
-                _, dropped = self._entries.popitem(last=False)
-                self._weight -= dropped.weight
+                self._drop(next(iter(self._entries)))
+
+    def held(self, owner: Owner) -> tuple[int | None, list[Held]]:
+        """The owner's generation and the entries that hold at it (whatever their clock
+        window): read before a write, to carry them through it (`carry_written`). The
+        values are never changed in place (a reader copies an entry to add to it), so
+        they stay what they were before the write."""
+        generation = self.generation(owner)
+        if generation is None:
+            return None, []
+        with self._lock:
+            entries = [(k, self._entries[(owner, k)]) for k in self._keys.get(owner, ())]
+            return generation, [
+                Held(k, e.value, e.weight, e.since, e.until)
+                for k, e in entries
+                if e.generation == generation
+            ]
+
+    def carry_written(self, owner: Owner, entries: Sequence[Held], before: int | None) -> None:
+        """Keep `entries` (`held` before one write, at generation `before`, and updated with
+        what that write did) at the generation the write made, when it alone moved it (by
+        one): after any other write they could be wrong, and are left to lapse."""
+        now = self.generation(owner)
+        if before is None or now != before + 1:
+            return
+        for e in entries:
+            self.keep(owner, e.key, e.value, now, weight=e.weight, since=e.since, until=e.until)
 
     def keep_written(
         self, owner: Owner, values: Sequence[tuple[Hashable, object]], before: int | None
@@ -125,6 +170,12 @@ class DerivedCache:
         held = self._entries.pop(key, None)
         if held is not None:
             self._weight -= held.weight
+            owner, inner = key
+            keys = self._keys.get(owner)
+            if keys is not None:
+                keys.pop(inner, None)
+                if not keys:
+                    del self._keys[owner]
 
     @property
     def weight(self) -> int:

@@ -21,7 +21,7 @@ from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.payload import from_payload
 from memoryd.core.memory.points import NewPoint
 from memoryd.core.memory.restore import RestorePlan, check_vector_restore, is_uuid
-from memoryd.core.memory.term_counts import live_condition
+from memoryd.core.memory.term_counts import carried, live_condition
 from memoryd.core.models import ImportResult, Kind, MemoryRecord, Scope, Tier
 from memoryd.core.observe import NullObserver, Observer
 from memoryd.core.retrieval import bm25
@@ -133,13 +133,17 @@ class VectorMemory:
             must.append(live_condition(self._clock()))
         return Filter(must=must, must_not=must_not)
 
-    async def insert(self, points: Sequence[NewPoint]) -> float:
-        """Embed (what is not embedded yet) and upsert; returns the embedding time in ms."""
+    async def insert(self, points: Sequence[NewPoint], *, fresh: bool = False) -> float:
+        """Embed (what is not embedded yet) and upsert; returns the embedding time in ms.
+
+        `fresh`: the caller made these ids (new UUIDs, or checked absent under the user's
+        lock), so the upsert replaces no point: the user's term counts are then carried
+        through the write instead of voided (term_counts.py)."""
         if not points:
             return 0.0
         missing = [p.dense_text for p in points if p.vector is None]
-        fresh, embedding_ms = await self.embed(missing) if missing else ([], 0.0)
-        computed = iter(fresh)
+        embedded, embedding_ms = await self.embed(missing) if missing else ([], 0.0)
+        computed = iter(embedded)
         vectors = [p.vector if p.vector is not None else next(computed) for p in points]
         upserts = [
             VectorPoint(
@@ -150,7 +154,12 @@ class VectorMemory:
             )
             for p, vector in zip(points, vectors, strict=True)
         ]
+        owner = _owner(upserts) if fresh else None
+        before, held = self.derived.held(owner) if owner is not None else (None, [])
         await self.call(self.store.upsert, upserts)
+        if owner is not None and held:
+            after = carried(held, [(p.id, p.payload) for p in upserts])
+            self.derived.carry_written(owner, after, before)
         return embedding_ms
 
     # ------------------------------------------------------------------ store gateway
@@ -294,3 +303,12 @@ class VectorMemory:
         return await self._search.search(
             flt, query, top_k, min_score, context_window=context_window, grounding=grounding
         )
+
+
+def _owner(points: Sequence[VectorPoint]) -> tuple[str, str] | None:
+    """The one (tenant, user_id) all `points` belong to, if they share one."""
+    owners = {(p.payload.get("tenant"), p.payload.get("user_id")) for p in points}
+    if len(owners) != 1:
+        return None
+    tenant, user = owners.pop()
+    return (tenant, user) if isinstance(tenant, str) and isinstance(user, str) else None

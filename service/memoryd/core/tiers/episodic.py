@@ -153,7 +153,8 @@ class EpisodicTier(ArchivingVectorTier):
         digest = content_hash(hold.scope, Tier.EPISODIC, "", record.content)
         payload = to_payload(record, hold.scope, digest, self._compress_over_bytes)
         point = NewPoint(record, payload, embed_text_of(payload))
-        await hold.write([record.id], lambda: self._memory.insert([point]))
+        # A new id, or one found absent under the user's lock.
+        await hold.write([record.id], lambda: self._memory.insert([point], fresh=True))
 
     async def add_summary(
         self,

@@ -243,7 +243,7 @@ class LongTermTier(ArchivingVectorTier):
             # its place and its lead without a store read) unless another write landed.
             derived, owner = self._memory.derived, (scope.tenant, scope.user_id)
             before = derived.generation(owner)
-            await self._memory.insert(points)
+            await self._memory.insert(points, fresh=True)  # new ids (`new_record`)
             placed_last = {p.record.session_id: p.record for p in points if p.record.session_id}
             derived.keep_written(
                 owner, [(_last_turn_key(s), r) for s, r in placed_last.items()], before

@@ -154,7 +154,7 @@ class StructuredTier(ArchivingVectorTier):
             digest = content_hash(scope, Tier.STRUCTURED, "", record.content)
             payload = to_payload(record, scope, digest, self._compress_over_bytes)
             point = NewPoint(record, payload, embed_text_of(payload))
-            await hold.write([record.id], lambda: self._memory.insert([point]))
+            await hold.write([record.id], lambda: self._memory.insert([point], fresh=True))
         operation = Operation.ADD_WITH_PRUNE if hold.pruned else Operation.ADD
         held = hold.held.count + 1
         return AddResult(record.id, operation, Tier.STRUCTURED, max(0, room.max_count - held))
