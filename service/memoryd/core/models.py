@@ -185,6 +185,7 @@ class ScoreComponents:
     mmr_penalty: float
     relevance: float
     final: float
+    link_lift: float = 0.0
 
 
 @dataclass
