@@ -1,6 +1,7 @@
 """Retrieve latency for a user holding a full long-term tier (10,000 conversation turns).
 
     PYTHONPATH=service:. .venv/bin/python benchmarks/retrieve_at_scale.py [--memories 10000]
+        [--top-k 5] [--rounds 1]
 
 In-process engine on the embedded stores (no gRPC), so the numbers are the server's own
 cost. Turns are written with pseudo-random unit vectors (a brute-force scan costs the same
@@ -62,7 +63,9 @@ def _pct(samples: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
-async def _measure(data_dir: Path, user: str, queries: int) -> list[dict[str, Any]]:
+async def _measure(
+    data_dir: Path, user: str, queries: int, top_k: int = 5, rounds: int = 1
+) -> list[dict[str, Any]]:
     settings = Settings(data_dir=data_dir)
     app = await build_app(settings)
     engine = app.engine
@@ -71,13 +74,13 @@ async def _measure(data_dir: Path, user: str, queries: int) -> list[dict[str, An
     texts = [
         utterance(rng, 3, 8)
         + rng.choice(["", "?", " in May 2023?", " last week", f" said {rng.choice(SPEAKERS)}"])
-        for _ in range(queries * 8)
+        for _ in range(queries * 9)
     ]
     user_scope = Scope(tenant="default", user_id=user)
     await engine.retrieve(RetrieveQuery(scope=user_scope, query="warm up", top_k=5))
     defaults = {
         k: getattr(retrieval, k)
-        for k in ("adjacency_weight", "speaker_lift", "time_lift", "diversity")
+        for k in ("adjacency_weight", "speaker_lift", "time_lift", "diversity", "link_weight")
     }
     rows: list[tuple[str, dict[str, float], int]] = [
         ("all steps (default)", {}, 0),
@@ -86,39 +89,54 @@ async def _measure(data_dir: Path, user: str, queries: int) -> list[dict[str, An
         ("no time lift", {"time_lift": 0.0}, 0),
         ("no speaker lift", {"speaker_lift": 0.0}, 0),
         ("MMR diversity 0.3", {"diversity": 0.3}, 0),
+        # The second hop (ADR 0404, off by default) acts only at top_k > link_hits.
+        ("second hop on (links 0.2)", {"link_weight": 0.2}, 0),
     ]
-    measured: list[dict[str, Any]] = []
-    for name, changes, window in rows:
-        for key, value in defaults.items():
-            setattr(retrieval, key, changes.get(key, value))
-        total: list[float] = []
-        embedding: list[float] = []
-        for _ in range(queries):
-            query = texts.pop()
-            started = time.perf_counter()
-            found = await engine.retrieve(
-                RetrieveQuery(
-                    scope=user_scope,
-                    query=query,
-                    tiers=[Tier.LONG_TERM],
-                    top_k=5,
-                    context_window=window,
+    total: dict[str, list[float]] = {name: [] for name, _, _ in rows}
+    embedding: dict[str, list[float]] = {name: [] for name, _, _ in rows}
+    # CPU time of the whole process per Retrieve (every thread): on a loaded machine the
+    # wall-clock figures are noise, the CPU spent per call is not.
+    cpu: dict[str, float] = {name: 0.0 for name, _, _ in rows}
+    # With several rounds every row runs a share of its queries in each, in turn (the
+    # order reversed every other round), so that a shared machine's drift hits all rows.
+    for r in range(rounds):
+        share = queries // rounds + (1 if r < queries % rounds else 0)
+        for name, changes, window in rows if r % 2 == 0 else rows[::-1]:
+            for key, value in defaults.items():
+                setattr(retrieval, key, changes.get(key, value))
+            for _ in range(share):
+                query = texts.pop()
+                started, cpu_started = time.perf_counter(), time.process_time()
+                found = await engine.retrieve(
+                    RetrieveQuery(
+                        scope=user_scope,
+                        query=query,
+                        tiers=[Tier.LONG_TERM],
+                        top_k=top_k,
+                        context_window=window,
+                    )
                 )
-            )
-            total.append((time.perf_counter() - started) * 1000)
-            embedding.append(found.embedding_ms)
+                total[name].append((time.perf_counter() - started) * 1000)
+                cpu[name] += (time.process_time() - cpu_started) * 1000
+                embedding[name].append(found.embedding_ms)
+    measured: list[dict[str, Any]] = []
+    for name, _, _ in rows:
+        times, embedded = total[name], embedding[name]
         measured.append(
             {
                 "row": name,
-                "queries": len(total),
-                "p50_ms": _pct(total, 50),
-                "p99_ms": _pct(total, 99),
-                "embedding_p50_ms": _pct(embedding, 50),
+                "queries": len(times),
+                "p50_ms": _pct(times, 50),
+                "p99_ms": _pct(times, 99),
+                "mean_ms": sum(times) / len(times),
+                "cpu_ms_per_retrieve": cpu[name] / len(times),
+                "embedding_p50_ms": _pct(embedded, 50),
             }
         )
         print(
-            f"{name:30s} p50 {_pct(total, 50):6.1f} ms  p99 {_pct(total, 99):6.1f} ms  "
-            f"(of which embedding p50 {_pct(embedding, 50):5.1f} ms)"
+            f"{name:30s} p50 {_pct(times, 50):6.1f} ms  p99 {_pct(times, 99):6.1f} ms  "
+            f"mean {sum(times) / len(times):6.1f} ms  cpu {cpu[name] / len(times):5.1f} ms  "
+            f"(of which embedding p50 {_pct(embedded, 50):5.1f} ms)"
         )
     await app.close()
     return measured
@@ -130,14 +148,17 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200, help="per row")
     parser.add_argument("--data-dir", type=Path, help="reuse a directory written before")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--top-k", type=int, default=5, help="top_k of every Retrieve")
+    parser.add_argument("--rounds", type=int, default=1, help="rows take turns in this many rounds")
     args = parser.parse_args()
     user = "scale"
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="memoryd-scale-"))
     if args.data_dir is None or not any(data_dir.iterdir()):
         asyncio.run(_fill(data_dir, args.memories, user))
-    rows = asyncio.run(_measure(data_dir, user, args.queries))
+    rows = asyncio.run(_measure(data_dir, user, args.queries, args.top_k, args.rounds))
     if args.json:
-        result = {"memories": args.memories, "rows": rows}
+        result = {"memories": args.memories, "top_k": args.top_k, "rounds": args.rounds}
+        result["rows"] = rows
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 
 

@@ -295,6 +295,29 @@ class RetrievalSettings(_Block):
         description="Ranking: added to memories whose occurred_at lies in the time the query "
         "names ('last week', 'in May 2023', 'before she moved'); 0: off",
     )
+    link_weight: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Ranking: lift of a candidate sharing a rare term with one of the first "
+        "hits, never above them (ADR 0404: measured at 0.2, not adopted; 0: off)",
+    )
+    link_hits: int = Field(
+        5, ge=1, le=50, description="Ranking: the first hits whose rare terms link others"
+    )
+    link_max_count: int = Field(
+        3,
+        ge=1,
+        description="Ranking: a term links memories when at most this many of the user's "
+        "memories hold it",
+    )
+    link_search: int = Field(
+        10,
+        ge=0,
+        le=1000,
+        description="Ranking: memories holding the first hits' rare terms read from the "
+        "store besides the candidates (0: link only among the candidates)",
+    )
     max_context_window: int = Field(
         5, ge=0, le=20, description="Largest context_window accepted by Retrieve/RenderContext"
     )

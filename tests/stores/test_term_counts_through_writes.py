@@ -56,7 +56,8 @@ async def server(
     settings: dict[str, Any] = {}
     if request.param == "qdrant":
         location = str(tmp_path / "qdrant")
-        settings["vectors"] = {"backend": "qdrant", "qdrant_location": location}
+        settings["vectors"] = {"backend": "qdrant"}
+        settings["qdrant"] = {"location": location}
     s = Server(tmp_path / "data", clock, **settings)
     await s.start()
     yield s

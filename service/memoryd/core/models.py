@@ -187,6 +187,8 @@ class ScoreComponents:
     final: float
     # What the query grounded in the task's state added to `dense` (ADR 0405).
     grounding_lift: float = 0.0
+    # What the second hop by rare terms (ADR 0404) added to `rank`.
+    link_lift: float = 0.0
 
 
 @dataclass

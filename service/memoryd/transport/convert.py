@@ -642,6 +642,7 @@ def explain_scores(response: pb.RetrieveResponse, records: Sequence[MemoryRecord
             ("speaker (rank)", parts.speaker_lift),
             ("time (rank)", parts.time_lift),
             ("conversation (rank)", parts.conversation_lift),
+            ("link (rank)", parts.link_lift),
         ):
             if lift:
                 out.lifts[name] = lift

@@ -9,21 +9,22 @@ the turns around the best candidates and the best candidates inside that time. T
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from memoryd.core.memory.term_counts import TermCounts
 from memoryd.core.observe import Observer
-from memoryd.core.retrieval import bm25
+from memoryd.core.retrieval import bm25, conversation, links
 from memoryd.core.retrieval.candidates import CandidatePool
-from memoryd.core.retrieval.ranker import Ranker, RankQuery
+from memoryd.core.retrieval.links import Links
+from memoryd.core.retrieval.ranker import Ranker, Ranking, RankQuery
 from memoryd.core.retrieval.temporal import Anchor, TimeResolver, TimeWindow
 from memoryd.core.retrieval.turns import attach_context, turn_of, turns_around
 from memoryd.core.tiers.base import TierHits
 from memoryd.settings import RetrievalSettings
-from memoryd.stores.vectors.port import Filter, Range, RrfParams, ScoredPoint
+from memoryd.stores.vectors.port import Filter, Range, RrfParams, ScoredPoint, SparseVector
 
 if TYPE_CHECKING:
     from memoryd.core.memory.vector_memory import VectorMemory
@@ -167,16 +168,57 @@ class HybridSearch:
         # A dense search returns up to per_source of the memories it may see: fewer means
         # it saw them all, and the pool is the user's whole (filtered) memory.
         whole = dense is not None and len(hits) < per_source
-        ranking = self._ranker.rank(
-            RankQuery(query, when, threshold, top_k, context_window, whole),
-            pool,
-            members,
-            neighbours,
-        )
+        ranked = RankQuery(query, when, threshold, top_k, context_window, whole)
+        ranking = self._ranker.rank(ranked, pool, members, neighbours)
+        if settings.link_weight > 0 and len(ranking.picks) > settings.link_hits:
+            # The second hop (links.py): only when there are picks below the first hits.
+            found = await self._links(flt, terms, dense, pool, ranking)
+            if found is not None:
+                hop, linked = found
+                ranking = self._ranker.rank(ranked, pool, members, [*neighbours, *linked], hop)
         picked = [pool.record(components, i) for i, components in ranking.picks]
         if context_window > 0:
             await attach_context(memory, flt, picked, context_window)
         return TierHits(items=picked, total=ranking.total, embedding_ms=embedding_ms)
+
+    async def _links(
+        self,
+        flt: Filter,
+        query_terms: Sequence[int],
+        dense: list[float] | None,
+        pool: CandidatePool,
+        ranking: Ranking,
+    ) -> tuple[Links, list[conversation.Scored]] | None:
+        """The first hits of `ranking`, the candidates linked to them by a rare term and
+        those linked memories the pool lacked (read now, scored into the pool)."""
+        memory, settings = self._memory, self._settings
+        first = tuple(i for i, _ in ranking.picks[: settings.link_hits])
+        held = sorted({t for f in first for t in pool.terms[f]}.difference(query_terms))
+        if not held:
+            return None
+        idf = await memory.call(self._counts.idf, flt, held)
+        counts = self._counts.known(flt)
+        if counts is None:  # a write meanwhile: the counts are not the user's any more
+            return None
+        floor = links.idf_floor(counts.live, settings.link_max_count)
+        rare = links.rare_terms([pool.terms[f] for f in first], query_terms, idf, floor)
+        if not rare:
+            return None
+        added: list[conversation.Scored] = []
+        if settings.link_search:
+            # Each rare term is held by at most link_max_count memories: a small read.
+            found = await memory.call(
+                memory.store.search,
+                flt,
+                sparse=SparseVector(indices=sorted(rare), values=[1.0] * len(rare)),
+                limit=settings.link_search,
+                with_vectors=dense is not None,
+            )
+            added = pool.add_all(
+                [(h.id, h.payload, h.dense_vector) for h in found if h.id not in pool.members]
+            )
+        linked = links.linked_to(pool.terms, rare, first)
+        return Links(first, linked, settings.link_weight), added
 
     async def _found_empty(self, flt: Filter) -> bool:
         """Whether `flt` selects no memory; an empty answer is kept (counts with none

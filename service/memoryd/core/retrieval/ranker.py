@@ -15,6 +15,8 @@ from memoryd.core.models import ScoreComponents
 from memoryd.core.observe import Observer
 from memoryd.core.retrieval import bm25, conversation
 from memoryd.core.retrieval.candidates import CandidatePool
+from memoryd.core.retrieval.links import Links
+from memoryd.core.retrieval.links import lift as lift_links
 from memoryd.core.retrieval.mmr import Candidate, diversify
 from memoryd.core.retrieval.temporal import Anchor, TimeWindow
 from memoryd.settings import RetrievalSettings
@@ -69,9 +71,11 @@ class Ranker:
         pool: CandidatePool,
         hits: Sequence[conversation.Scored],
         neighbours: Sequence[conversation.Scored] = (),
+        links: Links | None = None,
     ) -> Ranking:
         """Rank `hits` (the search's candidates) and `neighbours` (turns read around them,
-        scored against the hits' range) of `pool`."""
+        or linked to the first hits, scored against the hits' range) of `pool`; with
+        `links`, the linked candidates rise towards the first hits (links.py)."""
         settings = self._settings
         with self._observer.fusion("signals"):
             conversation.fuse(
@@ -90,6 +94,9 @@ class Ranker:
                 m.base += settings.time_lift
         lift = settings.adjacency_weight, settings.question_handoff
         ranks = conversation.conversation_lift(members, {m.id: m.base for m in members}, *lift)
+        linked = lift_links(ranks, links) if links is not None else {}
+        for i, raised in linked.items():
+            ranks[i] += raised
         # What callers see as the score (and min_score compares with) is the memory's
         # `relevance`, which means the same in every query, lifted by its conversation.
         # The speaker and time lifts reorder what is relevant; they never make a memory
@@ -130,11 +137,12 @@ class Ranker:
                         if window is not None and window.contains(m.occurred_at)
                         else 0.0
                     ),
-                    conversation_lift=m.rank - m.base,
+                    conversation_lift=m.rank - m.base - linked.get(m.id, 0.0),
                     rank=m.rank,
                     mmr_penalty=penalty,
                     relevance=own[m.id],
                     final=min(1.0, scores[m.id]),
+                    link_lift=linked.get(m.id, 0.0),
                 ),
             )
             for m, penalty in chosen
