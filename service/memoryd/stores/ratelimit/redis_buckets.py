@@ -26,7 +26,7 @@ from memoryd.stores.redis_clients import (
 _UNAVAILABLE: tuple[type[BaseException], ...] = (RedisError, *DOWN)
 
 # KEYS[1] bucket; ARGV capacity, refill per second, now (s), cost. A negative cost gives
-# tokens back (a refused AddBatch returns what its other users' items took), never past
+# tokens back (a refused call returns what it took for its other users), never past
 # the capacity. Numbers go back as strings: Redis would truncate Lua floats to integers.
 _TAKE = """
 local capacity = tonumber(ARGV[1])
