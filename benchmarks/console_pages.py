@@ -40,7 +40,7 @@ from scale_kit import HashVectors
 BATCH = 256
 
 
-async def fill(stub: memory_pb2_grpc.MemoryServiceStub, users: int, memories: int) -> str:
+async def fill(stub: memory_pb2_grpc.MemoryServiceAsyncStub, users: int, memories: int) -> str:
     items = [
         pb.AddRequest(scope=pb.Scope(user_id=f"user-{u:05d}"), tier=pb.TIER_LONG_TERM,
                       content=f"user {u} likes topic {u * 31 % 997}")

@@ -51,7 +51,7 @@ def main() -> None:
     def commands() -> int:
         return int(r.info("stats")["total_commands_processed"]) if r else 0
 
-    def add(tier: int, key: str = "", content: str = "") -> Any:
+    def add(tier: pb.Tier.ValueType, key: str = "", content: str = "") -> Any:
         return stub.Add(pb.AddRequest(scope=sc, tier=tier, key=key, content=content))
 
     def retrieve(query: str) -> Any:

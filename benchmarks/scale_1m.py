@@ -98,9 +98,6 @@ def disk_mib(path: Path) -> float:
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
-    def warm(self) -> None:
-        return None
-
 
 def corpus_embedder(kind: str, threads: int) -> Embedder:
     if kind == "hash":

@@ -30,7 +30,8 @@ def normalise(vectors: npt.ArrayLike) -> Matrix:
     """Rows scaled to unit length (cosine collections store them so); zero rows stay 0."""
     m = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(m, axis=-1, keepdims=True)
-    return np.divide(m, norms, out=np.zeros_like(m), where=norms > 0)
+    out: Matrix = np.divide(m, norms, out=np.zeros_like(m), where=norms > 0)
+    return out
 
 
 def exact_top_k(corpus: Matrix, query: Sequence[float] | Matrix, k: int) -> list[int]:

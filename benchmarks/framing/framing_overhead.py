@@ -74,11 +74,15 @@ def memoryd(target: str | None) -> Iterator[str]:
 def python_sync(target: str, n: int) -> dict[str, list[float]]:
     results: dict[str, list[float]] = {}
     with MemoryClient(target) as client:
-        scope = {"user_id": "bench-py", "agent_id": "a", "task_id": "t"}
         ops: dict[str, Callable[[int], Any]] = {
             "health": lambda i: client.health(),
             "add_working": lambda i: client.add(
-                **scope, tier="working", key=f"k{i % 50}", content="v"
+                user_id="bench-py",
+                agent_id="a",
+                task_id="t",
+                tier="working",
+                key=f"k{i % 50}",
+                content="v",
             ),
         }
         for name, call in ops.items():
@@ -96,11 +100,15 @@ def python_sync(target: str, n: int) -> dict[str, list[float]]:
 async def python_async(target: str, n: int) -> dict[str, list[float]]:
     results: dict[str, list[float]] = {}
     async with AsyncMemoryClient(target) as client:
-        scope = {"user_id": "bench-aio", "agent_id": "a", "task_id": "t"}
         ops: dict[str, Callable[[int], Awaitable[Any]]] = {
             "health": lambda i: client.health(),
             "add_working": lambda i: client.add(
-                **scope, tier="working", key=f"k{i % 50}", content="v"
+                user_id="bench-aio",
+                agent_id="a",
+                task_id="t",
+                tier="working",
+                key=f"k{i % 50}",
+                content="v",
             ),
         }
         for name, call in ops.items():

@@ -79,8 +79,8 @@ def main() -> None:
     import importlib.resources
 
     import torch
-    from mem0 import Memory
-    from mem0.vector_stores import qdrant as mem0_qdrant
+    from mem0 import Memory  # type: ignore[import-not-found]  # the peer's own venv
+    from mem0.vector_stores import qdrant as mem0_qdrant  # type: ignore[import-not-found]
 
     # Same torch thread count as the memoryd side (two threads fighting other processes
     # for two cores make every embedding several times slower).
