@@ -29,11 +29,13 @@ Timed per user (`--queries` questions of evals, each call A then B or B then A, 
 in one process so that the shared machine's noise falls on both), the store calls of one
 tier search: `count` (live memories), the hybrid `search` HybridSearch makes (dense +
 sparse RRF, 2 x max(4 top_k, candidates) with vectors), `scroll` limit 1 (the empty-tier
-check), `scroll` limit 1 ordered by the expiry (term_counts: the counts' window) and
-`count_each` of the question's first 5 terms (per-user IDF). Every answer of B is compared
-with A's (same count, same hits with the same scores: RRF's ties in any order, same first
-point, same end of the window, same term counts), and once per timed user the whole set of
-points each selects.
+check), `scroll` limit 1 ordered by the expiry (term_counts: the counts' window; B by its
+own field: `scroll_by_expiry`, or both by `expires_at`, which B's layout keeps:
+`scroll_by_expires_at`) and `count_each` of the question's first 5 terms (per-user IDF);
+`all_five`: the five of a cold tier search together (the window's scroll: B by its own
+field), per question. Every answer of B is compared with A's (same count, same hits with the
+same scores: RRF's ties in any order, same first point, same end of the window, same term
+counts), and once per timed user the whole set of points each selects.
 
 The store is kept in `--data-dir` (loaded unless `--skip-load`). `--json` writes the report.
 """
@@ -81,7 +83,10 @@ SCOPE_FIELD = "scope"
 EXPIRY_FIELD = "expires_at_or_max"
 # The expiry of a memory that never expires (year 9999): after every clock.
 FOREVER = 253_402_300_799.0
-CALLS = ("count", "search", "scroll_1", "scroll_by_expiry", "count_each_5")
+CALLS = ("count", "search", "scroll_1", "scroll_by_expiry", "scroll_by_expires_at", "count_each_5")
+# The store calls of a tier search whose counts are not kept (a cold one), together.
+TIER_CALLS = frozenset(CALLS) - {"scroll_by_expires_at"}
+ALL = "all_five"
 DAY = 86_400.0
 
 
@@ -214,6 +219,8 @@ def ask(store: VectorStore, call: str, flt: Filter, expiry: str, asked: Asked) -
         return [p.id for p in store.scroll(flt, limit=1)[0]]
     if call == "scroll_by_expiry":
         return window_end(store.scroll(flt, limit=1, order_by=expiry)[0], expiry)
+    if call == "scroll_by_expires_at":
+        return window_end(store.scroll(flt, limit=1, order_by=EXPIRES_FIELD)[0], EXPIRES_FIELD)
     return store.count_each(flt, TERMS_FIELD, asked.terms)
 
 
@@ -267,8 +274,12 @@ def time_user(
                 answers[variant] = ask(store, call, flt, field, asked)
                 samples[call][variant].append((time.perf_counter() - t0) * 1000)
             differ[call] += answers["A"] != answers["B"]
+    samples[ALL] = {
+        v: [sum(samples[c][v][i] for c in CALLS if c in TIER_CALLS) for i in range(queries)]
+        for v in ("A", "B")
+    }
     calls_report = {}
-    for call in CALLS:
+    for call in (*CALLS, ALL):
         a, b = summary(samples[call]["A"]), summary(samples[call]["B"])
         calls_report[call] = {"A": a, "B": b, "b_over_a_p50": b["p50_ms"] / a["p50_ms"]}
     return {
@@ -340,7 +351,7 @@ def table(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {label} ({timed['memories']:,}) | {call} | {a['p50_ms']:.2f} / "
                 f"{a['p99_ms']:.2f} | {b['p50_ms']:.2f} / {b['p99_ms']:.2f} | "
-                f"{row['b_over_a_p50']:.2f} | {timed['answers_differing'][call]} |"
+                f"{row['b_over_a_p50']:.2f} | {timed['answers_differing'].get(call, '')} |"
             )
     return "\n".join(lines)
 
