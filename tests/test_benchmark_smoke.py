@@ -193,6 +193,22 @@ SMOKES: dict[str, Smoke] = {
         "--memories 30 --queries 2 --top-k 10 --rounds 2 --json {tmp}/report.json",
         {"report.json": ("rows.0.p50_ms", "rows.6.p99_ms", "rows.0.embedding_p50_ms")},
     ),
+    "scope_filter": Smoke(
+        "scope_filter.py",
+        "--users 2 --per-user 60 --heavy 120 --light 20 --queries 3 --check-users 2 "
+        "--data-dir {tmp}/data --json {tmp}/report.json",
+        {
+            "report.json": (
+                "filter_a",
+                "filter_b",
+                "other_users_same_count",
+                "timed.heavy.same_points",
+                "timed.heavy.calls.search.A.p99_ms",
+                "timed.light.calls.count_each_5.B.p50_ms",
+                "timed.light.answers_differing.scroll_by_expiry",
+            )
+        },
+    ),
     "run_mem0 (memoryd side)": Smoke(
         "peers/run_mem0.py",
         "--only memoryd --embedder minilm-onnx --memories 30 --single-adds 10 --batch 10 "
