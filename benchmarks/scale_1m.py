@@ -35,6 +35,12 @@ Measured per user sample (`--search-users`, `--queries`):
 * service Retrieve (`--service-users`): the engine built by `build_app` on the same data
   directory, `engine.retrieve` with a (new) query text embedded each time.
 
+A store larger than one process's RAM allows to write (the writing process holds ~7 KB per
+memory it wrote, a reopened store ~3.3 KiB) is filled in chunks, each in a fresh process:
+`--first-user F --users U --data-dir D` adds users F..U-1 to the store in D, which holds
+users 0..F-1 (`open_s` and `rss_after_open_mib` report opening it); `--search-users 0`
+skips the searches.
+
 Progress goes to stdout (flushed); `--json` writes the results.
 """
 

@@ -11,11 +11,13 @@ deadline each time, as an orchestrator's probe does, from the moment the process
 started: the first answer (the start-up health process's NOT_SERVING) and the first
 SERVING are reported in seconds since the start, as is each line the server logs (read
 from its stderr as it comes; "vector store opened in" places the engine's load on the same
-clock). Then the server's RSS (VmRSS, RssAnon, RssFile from /proc), the data directory's
-disk use, and, with `--retrieves`, Retrieve p50/p99 through gRPC (long-term, top 10, a new
-question each call) for users `user-NNNN` drawn from `--users` (the names
-benchmarks/scale_1m.py writes; `--heavy-user N` asks that one every time) and the RSS
-after them. The server is stopped with SIGTERM after each run.
+clock). Then the server's RSS (VmRSS, RssAnon, RssFile from /proc) and the data
+directory's disk use; with `--settle`, how long the server keeps working after SERVING
+(the first storage survey reads every memory) and its RSS then; with `--retrieves`,
+Retrieve p50/p99 through gRPC (long-term, top 10, a new question each call) for users
+`user-NNNN` drawn from `--users` (the names benchmarks/scale_1m.py writes; `--heavy-user
+N` asks that one every time) and the RSS after them. The server is stopped with SIGTERM
+after each run.
 """
 
 from __future__ import annotations
@@ -60,6 +62,27 @@ def rss_mib(pid: int) -> dict[str, float]:
 
 def disk_mib(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
+def cpu_s(pid: int) -> float:
+    """The process's user + system CPU so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settle(pid: int, max_s: float) -> dict[str, float]:
+    """Wait until the server stops working after SERVING (the maintenance loop's first
+    storage survey reads every memory): until a second passes with under 0.1 s of its CPU,
+    or `max_s`. How long that took, and the CPU it used."""
+    started = time.monotonic()
+    cpu0 = last = cpu_s(pid)
+    while time.monotonic() - started < max_s:
+        time.sleep(1.0)
+        now = cpu_s(pid)
+        if now - last < 0.1:
+            break
+        last = now
+    return {"busy_after_serving_s": time.monotonic() - started, "cpu_after_serving_s": now - cpu0}
 
 
 def _read_log(stream: Any, started: float, lines: list[str]) -> None:
@@ -143,6 +166,9 @@ def one_run(args: argparse.Namespace, run: int) -> dict[str, Any]:
     try:
         result |= _poll(target, started, args.poll_ms / 1000, args.timeout)
         result["rss_at_serving_mib"] = rss_mib(server.pid)
+        if args.settle:
+            result |= settle(server.pid, args.settle)
+            result["rss_settled_mib"] = rss_mib(server.pid)
         if args.retrieves:
             result |= _retrieves(target, args, run)
             result["rss_after_retrieves_mib"] = rss_mib(server.pid)
@@ -172,6 +198,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--poll-ms", type=float, default=100.0)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to SERVING")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=0.0,
+        help="at most this many seconds, wait for the server's CPU to go quiet after SERVING",
+    )
     parser.add_argument("--retrieves", type=int, default=0, help="after SERVING, through gRPC")
     parser.add_argument("--warmup", type=int, default=5, help="unrecorded Retrieves first")
     parser.add_argument("--users", type=int, default=1, help="user-0000 .. user-(N-1)")

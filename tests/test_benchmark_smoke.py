@@ -244,7 +244,7 @@ SMOKES["scale_1m edge heavy chunk"] = Smoke(
 )
 SMOKES["startup"] = Smoke(
     "startup.py",
-    "--data-dir {tmp}/data --runs 1 --retrieves 2 --warmup 1 --json {tmp}/report.json",
+    "--data-dir {tmp}/data --runs 1 --settle 5 --retrieves 2 --warmup 1 --json {tmp}/report.json",
     {
         "report.json": (
             "serving_median_s",
@@ -252,6 +252,7 @@ SMOKES["startup"] = Smoke(
             "runs.0.first_answer_s",
             "runs.0.serving_s",
             "runs.0.rss_at_serving_mib.VmRSS",
+            "runs.0.busy_after_serving_s",
             "runs.0.retrieve_p99_ms",
             "runs.0.rss_after_retrieves_mib.RssAnon",
         )
