@@ -250,6 +250,30 @@ for _adapter, _shape, _users, _per_user in (
         "--service-queries 2 --json {tmp}/report.json",
         {"report.json": SCALE_FIELDS},
     )
+# A chunk of a fill done in several processes: users 1.. into a store holding user 0.
+SMOKES["scale_1m edge heavy chunk"] = Smoke(
+    "scale_1m.py",
+    "--shape heavy --users 2 --per-user 40 --first-user 1 --corpus-vectors hash "
+    "--data-dir {tmp}/data --search-users 2 --queries 2 --service-users 0 "
+    "--json {tmp}/report.json",
+    {"report.json": ("loaded", "count", "open_s", "rss_after_open_mib", "tier_search_p99_ms")},
+)
+SMOKES["startup"] = Smoke(
+    "startup.py",
+    "--data-dir {tmp}/data --runs 1 --settle 5 --retrieves 2 --warmup 1 --json {tmp}/report.json",
+    {
+        "report.json": (
+            "serving_median_s",
+            "disk_mib",
+            "runs.0.first_answer_s",
+            "runs.0.serving_s",
+            "runs.0.rss_at_serving_mib.VmRSS",
+            "runs.0.busy_after_serving_s",
+            "runs.0.retrieve_p99_ms",
+            "runs.0.rss_after_retrieves_mib.RssAnon",
+        )
+    },
+)
 
 # Files no smoke run names: what runs them, or why they need none.
 EXERCISED_ELSEWHERE = {
