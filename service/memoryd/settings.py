@@ -595,6 +595,14 @@ class RetentionSettings(_Block):
         gt=0,
         description="With Redis, one replica runs maintenance under a lease this long, renewed",
     )
+    survey_share: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="The storage survey (every stored memory, read page by page) pauses after "
+        "each page so that its work is at most this share of its time (1: no pause); requests "
+        "keep the rest of the process",
+    )
 
 
 class UsageSettings(_Block):

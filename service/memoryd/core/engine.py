@@ -143,6 +143,11 @@ class MemoryEngine:
         self._counter = counter
         self._usage = usage or UsageSettings()
 
+    @property
+    def tiers(self) -> Mapping[Tier, TierHandler]:
+        """The tiers this engine serves (maintenance plans from them)."""
+        return self._tiers
+
     def _tier(self, tier: Tier) -> TierHandler:
         handler = self._tiers.get(tier)
         if handler is None:

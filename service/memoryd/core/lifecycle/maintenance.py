@@ -49,9 +49,12 @@ class Maintenance:
         memory: VectorMemory,
         tiers: Mapping[Tier, TierHandler],
         retention: RetentionSettings,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         """Plans every tier the registry gives a retention, among those served."""
         self._memory = memory
+        self._sleep = sleep
+        self._survey_share = retention.survey_share
         self._surveyed = [t for t in tiers if spec(t).store is StoreFamily.VECTORS]
         self._plans = [
             _Plan(tiers[s.tier], s.archive_after_days(retention), s.archive_first)
@@ -143,9 +146,13 @@ class Maintenance:
 
     async def survey(self) -> None:
         """Report what each vector tier stores (bytes, ages of its memories): the RT-005
-        storage metrics."""
+        storage metrics. It reads every stored memory (minutes of CPU at millions, and it
+        starts with the server), so it pauses after each page: its work is at most
+        `survey_share` of its time, and requests keep the rest."""
+        rest = 1.0 / self._survey_share - 1.0
+        pause = (lambda work: self._sleep(work * rest)) if rest > 0 else None
         for tier in self._surveyed:
-            self._memory.observer.stored_bytes(tier, await self._memory.survey(tier))
+            self._memory.observer.stored_bytes(tier, await self._memory.survey(tier, pause))
 
 
 class Lease(Protocol):

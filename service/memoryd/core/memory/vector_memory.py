@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from memoryd.core.errors import StoreUnavailable
@@ -228,16 +228,23 @@ class VectorMemory:
             found.update((str(p.payload["tenant"]), str(p.payload["user_id"])) for p in points)
         return sorted(found)
 
-    async def survey(self, tier: Tier) -> int:
+    async def survey(
+        self, tier: Tier, after_page: Callable[[float], Awaitable[None]] | None = None
+    ) -> int:
         """Every stored memory of `tier`, all users (soft-deleted and expired ones too, as
         they still take space): reports each page's ages in days to the observer and
-        returns their content bytes."""
+        returns their content bytes. `after_page` is awaited after each page with the
+        seconds the page took (to pace the survey)."""
         now = self._clock()
         size = 0
+        started = time.perf_counter()
         async for points in self.points(Filter(must=[MatchValue("tier", tier.value)])):
             size += sum(int(p.payload.get("size", 0)) for p in points)
             created = [float(p.payload.get("created_at", now)) for p in points]
             self.observer.ages(tier, [max(0.0, now - c) / 86_400.0 for c in created])
+            if after_page is not None:
+                await after_page(time.perf_counter() - started)
+                started = time.perf_counter()
         return size
 
     async def remove(self, flt: Filter, dry_run: bool) -> int:
