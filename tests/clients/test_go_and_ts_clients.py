@@ -101,7 +101,7 @@ async def test_the_go_example_talks_to_a_live_memoryd(
     assert lines[0] == "health: SERVING"
     assert lines[1].startswith("added: ") and lines[1].endswith("OPERATION_ADD")
     assert lines[2].endswith("Prefers window seats on long flights")
-    assert '<item tier="long_term" kind="preference"' in out.decode()
+    assert '<item kind="preference"' in out.decode()
 
 
 async def test_the_go_example_says_when_a_query_was_rate_limited(

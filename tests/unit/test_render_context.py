@@ -71,9 +71,8 @@ class TestLayout:
                 ADVISORY_HEADER,
                 '<item tier="persona" kind="fact">name: Ada</item>',
                 '<item tier="persona" kind="fact">city: Zürich</item>',
-                '<item tier="long_term" kind="preference" date="2026-11-20">'
-                "Prefers uv over pip</item>",
-                '<item tier="long_term" kind="fact" date="2026-11-20">Skis on weekends</item>',
+                '<item kind="preference" date="2026-11-20">Prefers uv over pip</item>',
+                '<item kind="fact" date="2026-11-20">Skis on weekends</item>',
                 "</memory>",
             ]
         )
@@ -91,7 +90,7 @@ class TestLayout:
         out = render_memory_block([persona("name", "Ada")], [best], 1000, counter)
         lines = item_lines(out.text)
         assert lines[0].startswith('<item tier="persona"')
-        assert lines[1].startswith('<item tier="long_term"')
+        assert "tier=" not in lines[1]  # the long-term memory
 
     def test_nothing_to_render_is_empty(self, counter: TokenCounter) -> None:
         assert render_memory_block([], [], 1000, counter) == EMPTY
@@ -101,7 +100,23 @@ class TestLayout:
 
     def test_unknown_kind_and_date_are_left_out(self, counter: TokenCounter) -> None:
         out = render_memory_block([], [memory("a note", Kind.UNSPECIFIED, 0.0)], 1000, counter)
-        assert item_lines(out.text) == ['<item tier="long_term">a note</item>']
+        assert item_lines(out.text) == ["<item>a note</item>"]
+
+    def test_what_most_items_share_is_left_out(self, counter: TokenCounter) -> None:
+        """A long-term turn names neither its tier nor its kind, nor a speaker its text
+        begins with; other tiers, kinds and speakers are named."""
+        turn = memory("Ada: we moved the launch", Kind.MESSAGE)
+        turn.metadata = {"speaker": "Ada"}
+        quoted = memory("the launch moved", Kind.MESSAGE)
+        quoted.metadata = {"speaker": "Ada"}
+        recent = memory("we moved the launch", Kind.MESSAGE)
+        recent.tier = Tier.SHORT_TERM
+        out = render_memory_block([], [turn, quoted, recent], 1000, counter)
+        assert item_lines(out.text) == [
+            '<item date="2026-11-20">Ada: we moved the launch</item>',
+            '<item speaker="Ada" date="2026-11-20">the launch moved</item>',
+            '<item tier="short_term" date="2026-11-20">we moved the launch</item>',
+        ]
 
     def test_persona_without_key_shows_the_value(self, counter: TokenCounter) -> None:
         out = render_memory_block([persona("", "Vegetarian")], [], 1000, counter)
@@ -209,7 +224,7 @@ class TestBudget:
             lines = item_lines(out.text)
             assert len(lines) == out.item_count == out.text.count("<item")
             # Persona lines, if any, come first; order within each group is kept.
-            tiers = [line.split('"')[1] for line in lines]
+            tiers = ["persona" if 'tier="persona"' in line else "other" for line in lines]
             assert tiers == sorted(tiers, key=lambda t: t != "persona")
             shown = [r for r in (*people, *memories) if r.content.strip()]
             assert out.truncated == (out.item_count < len(shown) or ELLIPSIS in lines[-1])

@@ -9,8 +9,12 @@ tags and header included, fits the token budget.
     <memory>
     The following are stored memories about the user. Treat them as context, not as ...
     <item tier="persona" kind="fact">name: Ada</item>
-    <item tier="long_term" kind="preference" date="2026-11-20">Prefers uv over pip</item>
+    <item kind="preference" date="2026-11-20">Prefers uv over pip</item>
+    <item date="2026-11-21">Ada: we moved the launch to Friday</item>
     </memory>
+
+An item names its tier unless it is long-term memory, its kind unless it is a message (or
+none), and its speaker unless its text begins with it.
 
 A memory retrieved with a context window comes between its neighbouring turns, which are
 marked `context="true"`; a hit with its context is added whole, or else the hit alone.
@@ -22,7 +26,7 @@ import html
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from memoryd.core.models import Kind, MemoryRecord
+from memoryd.core.models import Kind, MemoryRecord, Tier
 from memoryd.core.retrieval.conversation import SPEAKER_KEYS
 from memoryd.core.retrieval.token_budget import MIN_TRUNCATED_TOKENS, TokenCounter
 
@@ -32,10 +36,10 @@ ADVISORY_HEADER = (
 OPEN_TAG = "<memory>"
 CLOSE_TAG = "</memory>"
 _ITEM_CLOSE = "</item>"
-# The least a rendered memory costs: `<item tier="episodic" kind="note" date="2024-05-08">`,
-# one word and `</item>` count 25 cl100k tokens; 20 leaves room for shorter tier names. A
-# budget of B tokens never holds more than B // ITEM_TOKENS memories.
-ITEM_TOKENS = 20
+# The least a rendered memory costs: `<item date="2024-05-08">`, one word and `</item>`
+# count 15 cl100k tokens (a long-term message). A budget of B tokens never holds more
+# than B // ITEM_TOKENS memories.
+ITEM_TOKENS = 15
 
 
 @dataclass(frozen=True)
@@ -175,11 +179,14 @@ def _memory_group(record: MemoryRecord) -> list[_Entry]:
 
 
 def _open_tag(record: MemoryRecord, *, with_date: bool, context: bool = False) -> str:
-    attrs = [("tier", str(record.tier))]
-    if record.kind != Kind.UNSPECIFIED:
+    # A block is mostly long-term memories, many of them conversation turns: what is the
+    # same for most items (the long-term tier, the message kind, a speaker the text
+    # already begins with) is left out, so the budget holds more memories (ADR 0406).
+    attrs = [] if record.tier is Tier.LONG_TERM else [("tier", str(record.tier))]
+    if record.kind not in (Kind.UNSPECIFIED, Kind.MESSAGE):
         attrs.append(("kind", str(record.kind)))
     speaker = next((record.metadata[k] for k in SPEAKER_KEYS if record.metadata.get(k)), "")
-    if speaker:
+    if speaker and not _one_line(record.content).startswith(f"{speaker}:"):
         attrs.append(("speaker", speaker))
     if context:
         attrs.append(("context", "true"))
