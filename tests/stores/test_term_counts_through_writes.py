@@ -35,10 +35,8 @@ from memoryd.core.models import (
 )
 from memoryd.stores.vectors.port import TERMS_FIELD
 from tests.support.clock import MovableClock
-from tests.unit.test_term_counts import QUERIES, Server
+from tests.unit.test_term_counts import OTHER, QUERIES, USER, Server
 
-USER = Scope(tenant="t1", user_id="ana")
-OTHER = Scope(tenant="t1", user_id="ben")
 OWNER = (USER.tenant, USER.user_id)
 VOCABULARY = ["coffee", "kittens", "recital", "garden", "report", "tomatoes", "piano", "river"]
 

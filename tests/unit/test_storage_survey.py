@@ -14,42 +14,31 @@ ME = Scope(tenant="t1", user_id="alice")
 PAGES = 2
 
 
-async def _fill(app: App) -> None:
+async def _pauses_of_a_survey(make_app: AppFactory, share: float) -> list[float]:
+    """The pauses a survey of PAGES pages of long-term memories makes, given `share`."""
+    app: App = await make_app()
     count = PAGE_SIZE * (PAGES - 1) + 1
     items = [AddCommand(scope=ME, tier=Tier.LONG_TERM, content=f"note {i}") for i in range(count)]
     for start in range(0, count, 100):
         await app.engine.add_batch(items[start : start + 100])
+    pauses: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+
+    settings = RetentionSettings(survey_share=share)
+    await Maintenance(app.memory, app.engine.tiers, settings, sleep=sleep).survey()
+    return pauses
 
 
 async def test_the_survey_pauses_after_each_page_in_proportion_to_its_work(
     make_app: AppFactory,
 ) -> None:
-    app: App = await make_app()
-    await _fill(app)
-    pauses: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        pauses.append(seconds)
-
-    maintenance = Maintenance(
-        app.memory, app.engine.tiers, RetentionSettings(survey_share=0.25), sleep=sleep
-    )
-    await maintenance.survey()
     # One pause per page of long-term memories (the other vector tiers are empty): three
     # times the page's work, so the survey's work is a quarter of its time.
+    pauses = await _pauses_of_a_survey(make_app, 0.25)
     assert len(pauses) == PAGES and all(p > 0 for p in pauses)
 
 
 async def test_a_survey_given_the_whole_process_never_pauses(make_app: AppFactory) -> None:
-    app: App = await make_app()
-    await _fill(app)
-    pauses: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        pauses.append(seconds)
-
-    maintenance = Maintenance(
-        app.memory, app.engine.tiers, RetentionSettings(survey_share=1.0), sleep=sleep
-    )
-    await maintenance.survey()
-    assert pauses == []
+    assert await _pauses_of_a_survey(make_app, 1.0) == []
