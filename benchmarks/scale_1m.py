@@ -35,6 +35,15 @@ Measured per user sample (`--search-users`, `--queries`):
 * service Retrieve (`--service-users`): the engine built by `build_app` on the same data
   directory, `engine.retrieve` with a (new) query text embedded each time.
 
+A heavy user against the same user alone (`--pair-with-alone ROUNDS`, needs `--data-dir`):
+each round runs the shared store, then each sampled user alone, one process each
+(`--paired shared|alone`). Both ask the same users (`--search-users`) the same questions
+in the same order (`--queries` each), the service phase included. Alone = a store of its
+own under `--data-dir`/alone per sampled user holding exactly that user's memories (the
+generator is seeded per user; a digest of each user's points is compared), built once and
+reused. The per-call samples give each side's p50/p99 per round and pooled, and the
+shared/alone ratios; child reports go next to `--json`.
+
 Progress goes to stdout (flushed); `--json` writes the results.
 """
 
