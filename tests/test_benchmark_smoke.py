@@ -275,6 +275,24 @@ SMOKES["startup"] = Smoke(
     },
 )
 
+# The same users and questions in the shared store and each user alone, alternating.
+SMOKES["scale_1m paired with alone"] = Smoke(
+    "scale_1m.py",
+    "--shape many --users 6 --per-user 5 --corpus-vectors hash --search-users 2 --queries 2 "
+    "--service-users 1 --pair-with-alone 1 --data-dir {tmp}/data --json {tmp}/report.json",
+    {
+        "report.json": (
+            "same_memories_alone",
+            "rounds.0.shared.service_retrieve_p99_ms",
+            "rounds.0.alone.service_retrieve_p99_ms",
+            "rounds.0.ratio.service_retrieve_p99",
+            "rounds.0.ratio.tier_search_p99",
+            "pooled.ratio.service_retrieve_p50",
+        ),
+        "report-r1-alone.json": ("digests", "samples.service_retrieve_ms"),
+    },
+)
+
 # Files no smoke run names: what runs them, or why they need none.
 EXERCISED_ELSEWHERE = {
     "ghz_report.py": "a module of load.py (its fields: tests/unit/test_ghz_report.py)",
