@@ -209,6 +209,22 @@ SMOKES: dict[str, Smoke] = {
             )
         },
     ),
+    "index_set": Smoke(
+        "index_set.py",
+        "--users 2 --per-user 150 --light 20 --queries 3 --open-rounds 1 "
+        "--data-dir {tmp}/data --json {tmp}/report.json",
+        {
+            "report.json": (
+                "build.B.indexes",
+                "open.0.A.rss_per_memory_kib",
+                "open.0.B.after_mib.RssAnon",
+                "time.same_count",
+                "time.timed.heavy.answers_differing.survey_page",
+                "time.timed.heavy.calls.dedup.B.p99_ms",
+                "time.timed.light.calls.search.A.p50_ms",
+            )
+        },
+    ),
     "run_mem0 (memoryd side)": Smoke(
         "peers/run_mem0.py",
         "--only memoryd --embedder minilm-onnx --memories 30 --single-adds 10 --batch 10 "
