@@ -147,9 +147,14 @@ class EdgeVectorStore:
 
     def _ensure_indexes(self) -> None:
         existing = set(self._shard.info().payload_schema)
+        wanted = dict(PAYLOAD_INDEXES)
         for name, kind in PAYLOAD_INDEXES:
             if name not in existing:
                 self._shard.update(qe.UpdateOperation.create_field_index(name, _edge_schema(kind)))
+        # An index an earlier version made and this one no longer reads holds RAM on every
+        # point: one process owns an embedded store, so it can go.
+        for name in existing - wanted.keys():
+            self._shard.update(qe.UpdateOperation.delete_field_index(name))
 
     @property
     def dim(self) -> int:

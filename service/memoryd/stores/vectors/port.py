@@ -53,21 +53,22 @@ class IndexKind(enum.Enum):
 
 
 # Immutable on purpose: adapters create exactly these indexes when they open a collection.
+# Each costs RAM on every point (~0.15 KiB per memory for a keyword index, whatever its
+# values), so a field is indexed only where a filter without it reads many payloads:
+# `tier` and `deleted` are in every tier's filter, `content_hash` in every Add's dedup,
+# `session_id` in the last-turn lookup across a store. `kind`, `key`, `agent_id`,
+# `task_id` and `updated_at` are not (ADR 0600, "index set"): their filters always name a
+# user, whose own points are few enough to check.
 PAYLOAD_INDEXES: tuple[tuple[str, IndexKind], ...] = (
     ("tenant", IndexKind.TENANT_KEYWORD),
     ("user_id", IndexKind.TENANT_KEYWORD),
     ("tier", IndexKind.KEYWORD),
-    ("kind", IndexKind.KEYWORD),
     ("content_hash", IndexKind.KEYWORD),
     ("session_id", IndexKind.KEYWORD),
     # Tenant, user, session and position of a turn in one key (core/memory/payload.py).
     ("turn", IndexKind.KEYWORD),
-    ("agent_id", IndexKind.KEYWORD),
-    ("task_id", IndexKind.KEYWORD),
-    ("key", IndexKind.KEYWORD),
     (TERMS_FIELD, IndexKind.INTEGER),
     ("created_at", IndexKind.FLOAT),
-    ("updated_at", IndexKind.FLOAT),
     ("expires_at", IndexKind.FLOAT),
     # When a memory was said or happened (temporal queries), and its place in its session
     # (float so that the last position can be found by an ordered scroll).
