@@ -76,7 +76,7 @@ from memoryd.stores.vectors.port import (
 )
 from scale_1m import TENANT, GivenVectors, embedded, new_point, user_name, user_vectors
 from scale_kit import Matrix, eval_corpus
-from scope_filter import ranking, summary
+from scope_filter import ranking, summary, table
 
 ROOT = Path(__file__).resolve().parent.parent
 DAY = 86_400.0
@@ -479,20 +479,6 @@ async def time_both(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def table(result: dict[str, Any]) -> str:
-    lines = ["| user | call | A p50 / p99 ms | B p50 / p99 ms | B/A p50 | answers differing |"]
-    lines.append("|---|---|---|---|---|---|")
-    for label, timed in result["time"]["timed"].items():
-        for call, row in timed["calls"].items():
-            a, b = row["A"], row["B"]
-            lines.append(
-                f"| {label} ({timed['memories']:,}) | {call} | {a['p50_ms']:.2f} / "
-                f"{a['p99_ms']:.2f} | {b['p50_ms']:.2f} / {b['p99_ms']:.2f} | "
-                f"{row['b_over_a_p50']:.2f} | {timed['answers_differing'][call]} |"
-            )
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--users", type=int, default=20, help="users of --per-user memories")
@@ -550,7 +536,7 @@ def main() -> None:
         ok = result["time"]["same_count"] and not any(
             n for t in result["time"]["timed"].values() for n in t["answers_differing"].values()
         )
-        log("\n" + table(result))
+        log("\n" + table(result["time"]))
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

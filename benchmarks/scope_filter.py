@@ -343,6 +343,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> str:
+    """The A/B rows of a run's `timed` section (index_set.py prints its own with it)."""
     lines = ["| user | call | A p50 / p99 ms | B p50 / p99 ms | B/A p50 | answers differing |"]
     lines.append("|---|---|---|---|---|---|")
     for label, timed in result["timed"].items():
