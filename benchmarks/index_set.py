@@ -76,7 +76,7 @@ from memoryd.stores.vectors.port import (
 )
 from scale_1m import TENANT, GivenVectors, embedded, new_point, user_name, user_vectors
 from scale_kit import Matrix, eval_corpus
-from scope_filter import ranking, summary, table
+from scope_filter import lifecycle, ranking, summary, table
 
 ROOT = Path(__file__).resolve().parent.parent
 DAY = 86_400.0
@@ -171,14 +171,8 @@ def open_variant(data_dir: Path, variant: str, drop: str = DROP) -> EdgeVectorSt
 def varied(point: NewPoint, row: int, loaded_at: float) -> NewPoint:
     """Some rows deleted, expired, expiring, episodic or persona (the same for every user)."""
     payload = point.payload
-    if row % 50 == 7:
-        payload["deleted"] = True
-    if row % 20 == 3:
-        payload[EXPIRES_FIELD] = loaded_at - DAY
-    elif row % 20 == 4:
-        payload[EXPIRES_FIELD] = loaded_at + 30 * DAY + row
+    lifecycle(payload, row, loaded_at)
     if row % 10 == 5:
-        payload["tier"] = Tier.EPISODIC.value
         payload["kind"] = "episode"
         payload["agent_id"] = f"agent-{row % 3}"
     elif row % 100 == 13:

@@ -105,10 +105,9 @@ def add_index(store: EdgeVectorStore, name: str, kind: IndexKind) -> None:
         shard.update(qe.UpdateOperation.create_field_index(name, _edge_schema(kind)))
 
 
-def varied(point: NewPoint, row: int, loaded_at: float) -> NewPoint:
-    """The point with B's two fields, and, for some rows, deleted, expired, expiring or of
-    another tier (the same rows for every user)."""
-    payload = point.payload
+def lifecycle(payload: dict[str, Any], row: int, loaded_at: float) -> None:
+    """Some rows deleted, expired, expiring or episodic (the same rows for every user), so
+    that a tier filter has something to leave out (index_set.py varies its points so too)."""
     if row % 50 == 7:
         payload["deleted"] = True
     if row % 20 == 3:
@@ -117,6 +116,12 @@ def varied(point: NewPoint, row: int, loaded_at: float) -> NewPoint:
         payload[EXPIRES_FIELD] = loaded_at + 30 * DAY + row
     if row % 10 == 5:
         payload["tier"] = Tier.EPISODIC.value
+
+
+def varied(point: NewPoint, row: int, loaded_at: float) -> NewPoint:
+    """The point with `lifecycle`'s variety and B's two fields."""
+    payload = point.payload
+    lifecycle(payload, row, loaded_at)
     payload[SCOPE_FIELD] = scope_value(
         payload["tenant"], payload["user_id"], payload["tier"], bool(payload["deleted"])
     )
