@@ -72,10 +72,12 @@ from typing import Any
 
 import numpy as np
 
+from memoryd.core.memory import term_space
 from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.memory.vector_memory import NewPoint, VectorMemory
 from memoryd.core.models import AddCommand, Kind, RetrieveQuery, Scope, Tier
+from memoryd.core.retrieval.bm25 import ENCODER_NAME
 from memoryd.settings import RetrievalSettings, Settings
 from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME
 from memoryd.stores.embeddings.port import Embedder
@@ -172,15 +174,30 @@ class GivenVectors:
         return None
 
 
-def open_store(adapter: str, data_dir: Path) -> VectorStore:
-    """The store `build_app` would open for these settings (same path and collection)."""
+def open_store(adapter: str, data_dir: Path, space: str = term_space.USER) -> VectorStore:
+    """The store `build_app` would open for these settings (same path and collection), in
+    the term space its metadata records (a new store: `space`, ADR 0601)."""
+    store: VectorStore
     if adapter == "edge":
         from memoryd.stores.vectors.edge_store import EdgeVectorStore
 
-        return EdgeVectorStore(data_dir / "vectors", dim=MINILM_DIM)
-    from memoryd.stores.vectors.qdrant_server_store import QdrantServerVectorStore
+        store = EdgeVectorStore(data_dir / "vectors", dim=MINILM_DIM)
+    else:
+        from memoryd.stores.vectors.qdrant_server_store import QdrantServerVectorStore
 
-    return QdrantServerVectorStore(dim=MINILM_DIM, path=str(data_dir / "qdrant-local"))
+        store = QdrantServerVectorStore(dim=MINILM_DIM, path=str(data_dir / "qdrant-local"))
+    meta = store.read_meta()
+    if meta is None:  # what `build_app` records in a new store, the term space as asked
+        if store.count() > 0:  # written before stores recorded one: the shared space
+            space = term_space.SHARED
+        meta = {
+            "embedder": MINILM_NAME,
+            "dim": MINILM_DIM,
+            "sparse": ENCODER_NAME,
+            term_space.TERM_SPACE_KEY: space,
+        }
+        store.write_meta(meta)
+    return term_space.in_term_space(store, meta)
 
 
 def settings_for(adapter: str, data_dir: Path) -> Settings:
@@ -485,7 +502,7 @@ async def alone_phase(
             continue
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
-        store = open_store(args.adapter, path)
+        store = open_store(args.adapter, path, args.term_space)
         memory, _, batcher = tier_memory(store)
         result["alone_load_s"] += (await load(memory, sentences, base, args, [user]))["load_s"]
         await batcher.close()
@@ -494,7 +511,7 @@ async def alone_phase(
         result["alone_built"] += 1
     samples = Samples()
     for n, (user, asked) in enumerate(plan):
-        store = open_store(args.adapter, alone_dir(args, user))
+        store = open_store(args.adapter, alone_dir(args, user), args.term_space)
         memory, given, batcher = tier_memory(store)
         result["digests"][user_name(user)] = user_digest(memory, user)
         # As in the shared run: the first user's counts warmed; each other store warmed
@@ -543,7 +560,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rss0 = rss_mib()
     result["rss_before_load_mib"] = rss0
     t0 = time.perf_counter()
-    store = open_store(args.adapter, data_dir)
+    store = open_store(args.adapter, data_dir, args.term_space)
     result["open_s"] = time.perf_counter() - t0
     # What the store holds before this run writes: its own RSS once opened.
     result["rss_after_open_mib"] = rss_mib()
@@ -609,7 +626,7 @@ def child_argv(args: argparse.Namespace, side: str, load_now: bool, out: Path) -
         *("--search-users", str(args.search_users), "--queries", str(args.queries)),
         *("--service-users", str(args.service_users), "--threads", str(args.threads)),
         *("--seed", str(args.seed), "--data-dir", str(args.data_dir)),
-        *("--paired", side, "--json", str(out)),
+        *("--term-space", args.term_space, "--paired", side, "--json", str(out)),
     ]
     return argv if load_now else [*argv, "--skip-load"]
 
@@ -698,6 +715,13 @@ def main() -> None:
     parser.add_argument("--service-queries", type=int, default=25, help="per service user")
     parser.add_argument("--threads", type=int, default=1, help="threads of the corpus model")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--term-space",
+        choices=[term_space.USER, term_space.SHARED],
+        default=term_space.USER,
+        help="a new store's keyword term ids: each user's own (the default, ADR 0601) or "
+        "one space for all (stores made before)",
+    )
     parser.add_argument("--data-dir", type=Path, help="keep the store here (reused if loaded)")
     parser.add_argument("--skip-load", action="store_true", help="--data-dir already loaded")
     parser.add_argument(

@@ -23,6 +23,7 @@ from memoryd.core.lifecycle.erasure import Erasure
 from memoryd.core.lifecycle.maintenance import Lease, Maintenance, MaintenanceLoop
 from memoryd.core.lifecycle.quotas import QuotaProfiles
 from memoryd.core.lifecycle.write_behind import ConversationCopier
+from memoryd.core.memory import term_space
 from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.layout import upgrade_layout
 from memoryd.core.memory.vector_memory import VectorMemory
@@ -180,7 +181,10 @@ def check_embedder_matches(store: VectorStore, embedder: Embedder) -> None:
     built_with = meta.get("embedder")
     ours = {"embedder": embedder.name, "dim": embedder.dim, "sparse": bm25.ENCODER_NAME}
     if built_with is None:
-        store.write_meta({**meta, **ours})
+        # A new store keeps each user's term ids apart (ADR 0601); one written before
+        # stores recorded anything stays in the shared space it was written in.
+        space = term_space.USER if store.count() == 0 else term_space.SHARED
+        store.write_meta({**meta, **ours, term_space.TERM_SPACE_KEY: space})
         return
     if built_with != embedder.name or meta.get("dim") != embedder.dim:
         raise StartupRefused(
@@ -191,7 +195,7 @@ def check_embedder_matches(store: VectorStore, embedder: Embedder) -> None:
         )
     if meta.get("sparse") != bm25.ENCODER_NAME:
         if store.count() == 0:  # nothing was encoded yet: just record our encoder
-            store.write_meta({**meta, **ours})
+            store.write_meta({**meta, **ours, term_space.TERM_SPACE_KEY: term_space.USER})
             return
         # Stores written before the sparse encoder was recorded hashed their own terms.
         written_by = meta.get("sparse", "memoryd's earlier hand-written BM25 encoder")
@@ -226,7 +230,7 @@ def open_vectors(settings: Settings, embedder: Embedder, warmed: bool = False) -
     except BaseException:
         store.close()
         raise
-    return store
+    return term_space.in_term_space(store, store.read_meta() or {})
 
 
 def build_extractor(settings: Settings) -> StructuredChat | None:

@@ -11,6 +11,7 @@ import pytest
 from memoryd.app import build_app
 from memoryd.cli.reindex import reindex
 from memoryd.core.memory.payload import embed_text_of
+from memoryd.core.memory.term_space import TERM_SPACE_KEY, USER, in_term_space
 from memoryd.core.retrieval.bm25 import ENCODER_NAME, BM25Encoder
 from memoryd.core.startup import StartupRefused
 from memoryd.settings import Settings
@@ -69,18 +70,23 @@ async def test_a_store_of_another_encoder_is_refused_then_reindexed_and_found_by
     assert reindex(settings, embedder, lambda done, total: None) == len(MEMORIES)
 
     encoder = BM25Encoder()
-    store = EdgeVectorStore(data / "vectors", embedder.dim)
+    raw = EdgeVectorStore(data / "vectors", embedder.dim)
     try:
-        assert (store.read_meta() or {})["sparse"] == ENCODER_NAME
+        meta = raw.read_meta() or {}
+        assert meta["sparse"] == ENCODER_NAME
+        assert meta[TERM_SPACE_KEY] == USER  # reindexed into each user's own term ids
+        store = in_term_space(raw, meta)
         points, _ = store.scroll(limit=100, with_vectors=True)
         assert len(points) == len(MEMORIES)
         for point in points:
             text = embed_text_of(point.payload)
             assert point.payload[TERMS_FIELD] == encoder.term_ids(text)
             assert point.sparse is not None
-            assert list(point.sparse.indices) == encoder.term_ids(text)
+            assert sorted(point.sparse.indices) == encoder.term_ids(text)
+        stored, _ = raw.scroll(limit=1)
+        assert stored[0].payload[TERMS_FIELD] != encoder.term_ids(embed_text_of(stored[0].payload))
     finally:
-        store.close()
+        raw.close()
 
     # Keyword mode searches the sparse vectors alone: they match our queries again.
     second = await start_server(data_dir=data, retrieval={"mode": "keyword"})

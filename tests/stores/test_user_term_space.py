@@ -1,0 +1,136 @@
+"""Each user's keyword terms of their own (ADR 0601): `UserTermSpace` over every adapter.
+
+Above the wrapper the ids are the BM25 encoder's; in the store each user's are shifted by a
+salt of (tenant, user), so one user's postings and IDF hold only that user's memories.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memoryd.core.memory.term_space import UserTermSpace, in_term_space, salt_of
+from memoryd.core.retrieval.bm25 import BM25Encoder
+from memoryd.stores.vectors.port import (
+    TERMS_FIELD,
+    Filter,
+    MatchValue,
+    VectorPoint,
+    VectorStore,
+)
+from tests.support.vector_stores import ADAPTERS, open_store
+
+DIM = 4
+ENCODER = BM25Encoder()
+
+
+def memory(n: int, text: str, user: str = "alice", tenant: str = "acme") -> VectorPoint:
+    body: dict[str, Any] = {
+        "tenant": tenant,
+        "user_id": user,
+        "content": text,
+        TERMS_FIELD: ENCODER.term_ids(text),
+    }
+    dense = [1.0, float(n % 7), 0.5, 0.0]
+    return VectorPoint(
+        id=str(uuid.UUID(int=n)), dense=dense, sparse=ENCODER.encode_document(text), payload=body
+    )
+
+
+def owner(user: str = "alice", tenant: str = "acme") -> Filter:
+    return Filter(must=[MatchValue("tenant", tenant), MatchValue("user_id", user)])
+
+
+@pytest.fixture(params=ADAPTERS)
+def raw(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
+    store = open_store(request.param, tmp_path, DIM)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def spaced(raw: VectorStore) -> UserTermSpace:
+    return UserTermSpace(raw)
+
+
+def test_points_read_back_carry_the_encoders_ids_while_the_store_holds_the_users(
+    raw: VectorStore, spaced: UserTermSpace
+) -> None:
+    text = "Alice went skiing in the Alps"
+    spaced.upsert([memory(1, text)])
+    encoder_ids = ENCODER.term_ids(text)
+
+    for point in [
+        *spaced.retrieve([str(uuid.UUID(int=1))], with_vectors=True),
+        *spaced.scroll(owner(), with_vectors=True)[0],
+    ]:
+        assert point.payload[TERMS_FIELD] == encoder_ids
+        assert point.sparse is not None and sorted(point.sparse.indices) == encoder_ids
+    [hit] = spaced.search(owner(), sparse=ENCODER.encode_query("skiing"), limit=5)
+    assert hit.payload[TERMS_FIELD] == encoder_ids
+
+    [stored] = raw.retrieve([str(uuid.UUID(int=1))], with_vectors=True)
+    salt = salt_of("acme", "alice")
+    assert stored.payload[TERMS_FIELD] == [(i + salt) % 2**32 for i in encoder_ids]
+    assert stored.sparse is not None
+    assert sorted(stored.sparse.indices) == sorted((i + salt) % 2**32 for i in encoder_ids)
+
+
+def test_the_same_words_of_two_users_are_different_terms_in_the_store(
+    raw: VectorStore, spaced: UserTermSpace
+) -> None:
+    spaced.upsert([memory(1, "likes green tea"), memory(2, "likes green tea", user="bob")])
+    alice, bob = (raw.retrieve([str(uuid.UUID(int=n))])[0] for n in (1, 2))
+    assert not set(alice.payload[TERMS_FIELD]) & set(bob.payload[TERMS_FIELD])
+    # and so do the same user's words in another tenant
+    assert salt_of("acme", "alice") != salt_of("other", "alice")
+
+
+def test_another_users_memories_never_move_a_users_keyword_scores(
+    spaced: UserTermSpace,
+) -> None:
+    alice = [memory(1, "skiing trip in the alps"), memory(2, "a quiet weekend of reading")]
+    spaced.upsert(alice)
+    query = ENCODER.encode_query("skiing weekend")
+    before = [(h.id, h.score) for h in spaced.search(owner(), sparse=query, limit=5)]
+    # bob writes "skiing" many times: in one shared space it would become a common term
+    spaced.upsert([memory(100 + n, f"skiing lesson number {n}", user="bob") for n in range(30)])
+    after = [(h.id, h.score) for h in spaced.search(owner(), sparse=query, limit=5)]
+    assert [i for i, _ in after] == [i for i, _ in before]
+    # The engine's IDF still counts every point of the collection (N): the ratio between
+    # alice's terms is hers alone, the absolute scores move with N only.
+    assert after[0][1] / after[1][1] == pytest.approx(before[0][1] / before[1][1], rel=0.35)
+
+
+def test_term_counts_and_keyword_search_see_only_the_users_memories(
+    spaced: UserTermSpace,
+) -> None:
+    spaced.upsert([memory(1, "tea with milk"), memory(2, "green tea", user="bob")])
+    tea, milk = ENCODER.term_ids("tea")[0], ENCODER.term_ids("milk")[0]
+    assert spaced.count_each(owner(), TERMS_FIELD, [tea, milk]) == [1, 1]
+    assert spaced.count_each(owner("bob"), TERMS_FIELD, [tea, milk]) == [1, 0]
+    hits = spaced.search(owner("bob"), sparse=ENCODER.encode_query("tea milk"), limit=5)
+    assert [h.id for h in hits] == [str(uuid.UUID(int=2))]
+
+
+def test_a_keyword_call_that_names_no_user_is_refused(spaced: UserTermSpace) -> None:
+    spaced.upsert([memory(1, "tea with milk")])
+    everyone = Filter(must=[MatchValue("tenant", "acme")])
+    with pytest.raises(ValueError, match="tenant and user_id"):
+        spaced.search(everyone, sparse=ENCODER.encode_query("tea"), limit=5)
+    with pytest.raises(ValueError, match="tenant and user_id"):
+        spaced.count_each(everyone, TERMS_FIELD, ENCODER.term_ids("tea"))
+    # a dense search, or counts of another field, need no owner
+    assert len(spaced.search(everyone, dense=[1.0, 0.0, 0.0, 0.0], limit=5)) == 1
+    with pytest.raises(ValueError, match="set_payload"):
+        spaced.set_payload([str(uuid.UUID(int=1))], {TERMS_FIELD: [1, 2]})
+
+
+def test_the_store_metadata_decides_the_space(raw: VectorStore) -> None:
+    assert in_term_space(raw, {}) is raw
+    assert in_term_space(raw, {"term_space": "shared"}) is raw
+    assert isinstance(in_term_space(raw, {"term_space": "user"}), UserTermSpace)
