@@ -1,7 +1,7 @@
 """The static int8 MiniLM's weight formats compared on this machine's CPU (ADR 0301).
 
     PYTHONPATH=service:evals .venv/bin/python benchmarks/static_recipes.py \\
-        [--weights s8,s8-7bit,u8] [--rounds 5] [--graphs DIR]
+        [--weights s8,s8-7bit,u8] [--rounds 5] [--graphs DIR] [--texts N] [--json PATH]
 
 For each weight format of `_quantize_static` (``s8``: recipe v2's signed int8; ``s8-7bit``:
 the same with ``reduce_range``; ``u8``: uint8 weights, recipe v3), derives the graph and
@@ -20,6 +20,7 @@ prints, over every memory and query of evals/golden.jsonl:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -70,6 +71,14 @@ def cosines(a: Any, b: Any) -> Any:
     return np.sum(np.asarray(a) * np.asarray(b), axis=1)
 
 
+def summary(cos: Any) -> dict[str, float]:
+    return {
+        "mean": float(cos.mean()),
+        "min": float(cos.min()),
+        "p1": float(np.percentile(cos, 1)),
+    }
+
+
 def spread(cos: Any) -> str:
     return f"{cos.mean():.4f} / {cos.min():.4f} / {np.percentile(cos, 1):.4f}"
 
@@ -79,9 +88,13 @@ def main() -> None:
     parser.add_argument("--weights", default="s8,s8-7bit,u8")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--graphs", type=Path, help="keep the derived graphs here")
+    parser.add_argument("--texts", type=int, help="only the first N golden-set texts")
+    parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     dataset = load_dataset(DEFAULT_DATASET)
     texts = [m.content for m in dataset.memories] + [c.query for c in dataset.cases if c.relevant]
+    texts = texts[: args.texts]
+    result: dict[str, Any] = {"texts": len(texts), "formats": {}}
     torch = MiniLMEmbedder(threads=1)
     reference = torch.embed(texts)
     pairs = {name: torch.embed(list(pair)) for name, pair in PROBES.items()}
@@ -106,11 +119,17 @@ def main() -> None:
             fast[weights] = _Graph(graph, optimised=True)
             exact = _Graph(graph, optimised=False)
             vectors = fast[weights].embed(texts)
+            to_torch, exact_vectors = cosines(vectors, reference), exact.embed(texts)
+            result["formats"][weights] = {
+                "cosine_to_torch": summary(to_torch),
+                "exact_products_to_torch": summary(cosines(exact_vectors, reference)),
+                "kernel_to_exact_products": summary(cosines(vectors, exact_vectors)),
+            }
             print(
-                f"{weights:8s} to torch {spread(cosines(vectors, reference))}   "
-                f"exact products to torch {spread(cosines(exact.embed(texts), reference))}   "
+                f"{weights:8s} to torch {spread(to_torch)}   "
+                f"exact products to torch {spread(cosines(exact_vectors, reference))}   "
                 f"this CPU's kernel to the exact products "
-                f"{spread(cosines(vectors, exact.embed(texts)))}"
+                f"{spread(cosines(vectors, exact_vectors))}"
             )
             probes[weights] = {
                 name: dot(fast[weights].embed(list(pair))) for name, pair in PROBES.items()
@@ -135,10 +154,13 @@ def main() -> None:
         print(f"load average after:  {os.getloadavg()}")
         print("texts/s at 1 thread, median of rounds: one per call, 32 per call")
         for weights, rate in rates.items():
-            print(
-                f"{weights:8s} {statistics.median(rate['1']):7.1f} "
-                f"{statistics.median(rate['32']):7.1f}"
-            )
+            one, batch = statistics.median(rate["1"]), statistics.median(rate["32"])
+            print(f"{weights:8s} {one:7.1f} {batch:7.1f}")
+            result["formats"][weights] |= {"texts_per_s_1": one, "texts_per_s_32": batch}
+    result["probes"] = probes
+    result["load_average"] = os.getloadavg()
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":
