@@ -112,6 +112,18 @@ SMOKES: dict[str, Smoke] = {
             )
         },
     ),
+    "static_recipes": Smoke(
+        "static_recipes.py",
+        "--weights u8 --texts 8 --rounds 1 --json {tmp}/report.json",
+        {
+            "report.json": (
+                "formats.u8.cosine_to_torch.min",
+                "formats.u8.kernel_to_exact_products.mean",
+                "formats.u8.texts_per_s_32",
+                "probes.torch.s5 grounded",
+            )
+        },
+    ),
     "embedder_speed": Smoke(
         "embedder_speed.py",
         "--runtimes onnx-int8s --threads 1 --rounds 1 --texts 8 --queries 3 --json "

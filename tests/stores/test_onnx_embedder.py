@@ -20,6 +20,7 @@ from harness.dataset import DEFAULT_DATASET, load_dataset
 from memoryd.stores.embeddings import MiniLMEmbedder, MiniLMOnnxEmbedder
 from memoryd.stores.embeddings.minilm_onnx import (
     MODEL_SHA256,
+    _load_tokenizer,
     calibration_texts,
     packaged_model_path,
     prepare_quantized,
@@ -36,7 +37,9 @@ def golden_sentences() -> list[str]:
     return list(dict.fromkeys(texts))
 
 
-def cosines(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> np.ndarray:
+def cosines(
+    a: Sequence[Sequence[float]] | np.ndarray, b: Sequence[Sequence[float]] | np.ndarray
+) -> np.ndarray:
     products: np.ndarray = np.sum(np.asarray(a) * np.asarray(b), axis=1)
     return products  # both sides are unit vectors
 
@@ -130,6 +133,48 @@ def test_int8_vectors_match_the_torch_model(
     # int8 moves a vector by at most 2 % in angle; recall is unchanged (ADR 0301).
     assert cos.mean() > 0.99
     assert cos.min() > 0.98
+
+
+def test_the_static_graphs_products_are_exact_on_any_cpu(int8: MiniLMOnnxEmbedder) -> None:
+    # Weights are uint8 (zero point 128): every product is u8 x u8, which ONNX Runtime
+    # sums exactly on every x86 CPU. Signed int8 weights (recipe v2) went through AVX2's
+    # saturating vpmaddubsw, so vectors depended on the CPU (ADR 0301, CPUs without VNNI).
+    import onnx
+    import onnxruntime
+    from onnx import numpy_helper
+
+    graph = prepare_quantized()
+    model = onnx.load(str(graph))
+    weights = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    dequantized = [
+        (weights[node.input[0]], weights[node.input[2]])
+        for node in model.graph.node
+        if node.op_type == "DequantizeLinear" and weights.get(node.input[0], np.zeros(0)).ndim == 2
+    ]
+    assert len(dequantized) == 36  # the 6 layers' q, k, v, output and feed-forward MatMuls
+    assert all(w.dtype == np.uint8 and (zero == 128).all() for w, zero in dequantized)
+
+    # This CPU's fused int8 kernels against the same graph without ONNX Runtime's fusions
+    # (DequantizeLinear + float MatMul: the exact products). With int8 weights on AVX2
+    # without VNNI: mean 0.9927, min 0.984. What remains is float rounding of the fused
+    # float ops flipping an activation's rounding on a few texts.
+    def session(level: Any) -> Any:
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = level
+        options.intra_op_num_threads = 1
+        return onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+
+    levels = onnxruntime.GraphOptimizationLevel
+    fused, exact = session(levels.ORT_ENABLE_ALL), session(levels.ORT_DISABLE_ALL)
+    tokenizer = _load_tokenizer()
+    texts = golden_sentences()
+    chunks = [texts[i : i + 64] for i in range(0, len(texts), 64)]
+    cos = cosines(
+        np.concatenate([MiniLMOnnxEmbedder._run(fused, tokenizer, c) for c in chunks]),
+        np.concatenate([MiniLMOnnxEmbedder._run(exact, tokenizer, c) for c in chunks]),
+    )
+    assert cos.mean() > 0.999
+    assert cos.min() > 0.99
 
 
 def test_float_vectors_match_the_torch_model_closely(torch_vectors: list[list[float]]) -> None:
