@@ -636,6 +636,8 @@ def paired_rounds(args: argparse.Namespace) -> dict[str, Any]:
     alone, one process per side; per-call samples compared round by round and pooled."""
     if args.data_dir is None:
         raise SystemExit("--pair-with-alone needs --data-dir (the stores are reused)")
+    if args.search_users < 1 or args.queries < 1:
+        raise SystemExit("--pair-with-alone needs --search-users and --queries of 1 or more")
     outdir = (args.json or args.data_dir / "paired.json").resolve()
     outdir.parent.mkdir(parents=True, exist_ok=True)
     rounds: list[dict[str, Any]] = []
