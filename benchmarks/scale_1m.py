@@ -174,7 +174,7 @@ class GivenVectors:
         return None
 
 
-def open_store(adapter: str, data_dir: Path, space: str = term_space.USER) -> VectorStore:
+def open_store(adapter: str, data_dir: Path, space: str = term_space.SHARED) -> VectorStore:
     """The store `build_app` would open for these settings (same path and collection), in
     the term space its metadata records (a new store: `space`, ADR 0601)."""
     store: VectorStore
@@ -720,9 +720,9 @@ def main() -> None:
     parser.add_argument(
         "--term-space",
         choices=[term_space.USER, term_space.SHARED],
-        default=term_space.USER,
-        help="a new store's keyword term ids: each user's own (the default, ADR 0601) or "
-        "one space for all (stores made before)",
+        default=term_space.SHARED,
+        help="a new store's keyword term ids: one space for all (the server's default) or "
+        "each user's own (MEMORYD_VECTORS__TERM_SPACE=user, ADR 0601)",
     )
     parser.add_argument("--data-dir", type=Path, help="keep the store here (reused if loaded)")
     parser.add_argument("--skip-load", action="store_true", help="--data-dir already loaded")

@@ -174,17 +174,19 @@ def open_vector_store(settings: Settings, dim: int) -> VectorStore:
         raise StartupRefused(f"the vector store cannot be opened: {exc}") from exc
 
 
-def check_embedder_matches(store: VectorStore, embedder: Embedder) -> None:
+def check_embedder_matches(
+    store: VectorStore, embedder: Embedder, space: str = term_space.SHARED
+) -> None:
     """Vectors of different embedders (or sparse encoders) must never be compared: refuse
-    a store built with another one, and record ours in a new store."""
+    a store built with another one, and record ours in a new store (its term ids in
+    `space`, ADR 0601)."""
     meta = store.read_meta() or {}
     built_with = meta.get("embedder")
     ours = {"embedder": embedder.name, "dim": embedder.dim, "sparse": bm25.ENCODER_NAME}
     if built_with is None:
-        # A new store keeps each user's term ids apart (ADR 0601); one written before
-        # stores recorded anything stays in the shared space it was written in.
-        space = term_space.USER if store.count() == 0 else term_space.SHARED
-        store.write_meta({**meta, **ours, term_space.TERM_SPACE_KEY: space})
+        # A store written before stores recorded anything stays in the shared space.
+        chosen = space if store.count() == 0 else term_space.SHARED
+        store.write_meta({**meta, **ours, term_space.TERM_SPACE_KEY: chosen})
         return
     if built_with != embedder.name or meta.get("dim") != embedder.dim:
         raise StartupRefused(
@@ -195,7 +197,7 @@ def check_embedder_matches(store: VectorStore, embedder: Embedder) -> None:
         )
     if meta.get("sparse") != bm25.ENCODER_NAME:
         if store.count() == 0:  # nothing was encoded yet: just record our encoder
-            store.write_meta({**meta, **ours, term_space.TERM_SPACE_KEY: term_space.USER})
+            store.write_meta({**meta, **ours, term_space.TERM_SPACE_KEY: space})
             return
         # Stores written before the sparse encoder was recorded hashed their own terms.
         written_by = meta.get("sparse", "memoryd's earlier hand-written BM25 encoder")
@@ -225,7 +227,7 @@ def open_vectors(settings: Settings, embedder: Embedder, warmed: bool = False) -
     # Most of a large store's start-up (8-10 s at 1M memories, ADR 0600): worth a line.
     log.info("vector store opened in %.1f s", time.monotonic() - started)
     try:
-        check_embedder_matches(store, embedder)
+        check_embedder_matches(store, embedder, settings.vectors.term_space)
         upgrade_layout(store)
     except BaseException:
         store.close()

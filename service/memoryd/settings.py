@@ -95,6 +95,13 @@ class VectorSettings(_Block):
         "edge", description="edge: in-process qdrant-edge under data_dir; qdrant: a server"
     )
     collection: str = Field("memories", description="The one collection of every vector tier")
+    term_space: Literal["shared", "user"] = Field(
+        "shared",
+        description="A new store's keyword term ids (ADR 0601): shared by every user, or each "
+        "user's own (a heavy user's keyword search and counts then read only that user's "
+        "memories; the keyword statistics are then that user's alone). An existing store "
+        "keeps its own; `memoryd reindex` rewrites it into this one",
+    )
 
 
 class QdrantSettings(_Block):

@@ -4,11 +4,12 @@ sparse vector and term ids so that keyword search finds them again."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
 
-from memoryd.app import build_app
+from memoryd.app import build_app, check_embedder_matches
 from memoryd.cli.reindex import reindex
 from memoryd.core.memory.payload import embed_text_of
 from memoryd.core.memory.term_space import TERM_SPACE_KEY, USER, in_term_space
@@ -61,7 +62,10 @@ async def test_a_store_of_another_encoder_is_refused_then_reindexed_and_found_by
     await first.server.stop(grace_s=0)
     written_by_another_encoder(data / "vectors", embedder.dim)
 
-    settings = Settings.explicit(data_dir=data, retrieval={"mode": "keyword"})
+    # Reindexed into each user's own term ids (ADR 0601), as configured.
+    settings = Settings.explicit(
+        data_dir=data, retrieval={"mode": "keyword"}, vectors={"term_space": "user"}
+    )
     with pytest.raises(StartupRefused) as refused:
         await build_app(settings, embedder=embedder)
     message = str(refused.value)
@@ -74,7 +78,7 @@ async def test_a_store_of_another_encoder_is_refused_then_reindexed_and_found_by
     try:
         meta = raw.read_meta() or {}
         assert meta["sparse"] == ENCODER_NAME
-        assert meta[TERM_SPACE_KEY] == USER  # reindexed into each user's own term ids
+        assert meta[TERM_SPACE_KEY] == USER
         store = in_term_space(raw, meta)
         points, _ = store.scroll(limit=100, with_vectors=True)
         assert len(points) == len(MEMORIES)
@@ -108,3 +112,27 @@ async def test_an_empty_store_without_a_recorded_encoder_is_simply_adopted(
     added = await second.stub.Add(pb.AddRequest(scope=scope("u"), tier=LT, content=MEMORIES[0]))
     assert added.memory_id
     assert (second.app.vectors.read_meta() or {})["sparse"] == ENCODER_NAME
+
+
+def test_a_new_store_records_the_configured_term_space_and_an_old_one_stays_shared(
+    embedder: Embedder, tmp_path: Path
+) -> None:
+    for space in ("shared", "user"):
+        store = EdgeVectorStore(tmp_path / space, embedder.dim)
+        check_embedder_matches(store, embedder, space)
+        assert (store.read_meta() or {})[TERM_SPACE_KEY] == space
+        store.close()
+    # Memories written before stores recorded anything: their ids are in the shared space.
+    old = EdgeVectorStore(tmp_path / "old", embedder.dim)
+    old.upsert(
+        [
+            VectorPoint(
+                id=str(uuid.UUID(int=1)),
+                dense=[1.0] * embedder.dim,
+                payload={"tenant": "t", "user_id": "u"},
+            )
+        ]
+    )
+    check_embedder_matches(old, embedder, "user")
+    assert (old.read_meta() or {})[TERM_SPACE_KEY] == "shared"
+    old.close()

@@ -1,6 +1,7 @@
 """`memoryd reindex`: re-embed every memory with the configured embedder, and re-encode
 its BM25 sparse vector and term ids (this is how a store written by an older sparse
-encoder, or in the shared term space of ADR 0601, is brought up to date).
+encoder, or in another term space than the configured one (ADR 0601), is brought up
+to date).
 
 The new collection is built beside the old one and swapped in at the end, so an
 interrupted reindex leaves the store as it was. The old collection is kept aside
@@ -20,7 +21,7 @@ from memoryd.core.memory.payload import (
     lead_for,
     with_lead,
 )
-from memoryd.core.memory.term_space import TERM_SPACE_KEY, USER, UserTermSpace, in_term_space
+from memoryd.core.memory.term_space import TERM_SPACE_KEY, in_term_space
 from memoryd.core.retrieval import bm25
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.port import Embedder
@@ -112,10 +113,11 @@ def reindex(settings: Settings, embedder: Embedder, progress: Callable[[int, int
             shutil.rmtree(leftover)
         else:
             leftover.unlink(missing_ok=True)
-    # The copy reads the old ids in their space and writes each user's own (ADR 0601):
-    # reindex is how a store moves into the users' term space.
+    # The copy reads the old ids in their space and writes them in the configured one
+    # (ADR 0601): reindex is how a store moves between term spaces.
+    space = settings.vectors.term_space
     source = in_term_space(EdgeVectorStore(root, int(meta["dim"]), collection), meta)
-    target = UserTermSpace(EdgeVectorStore(root, embedder.dim, building))
+    target = in_term_space(EdgeVectorStore(root, embedder.dim, building), {TERM_SPACE_KEY: space})
     try:
         copied = copy_reembedded(
             source, target, embedder, progress=progress, lead_chars=settings.long_term.lead_chars
@@ -126,7 +128,7 @@ def reindex(settings: Settings, embedder: Embedder, progress: Callable[[int, int
                 "embedder": embedder.name,
                 "dim": embedder.dim,
                 "sparse": bm25.ENCODER_NAME,
-                TERM_SPACE_KEY: USER,
+                TERM_SPACE_KEY: space,
             }
         )
     finally:
