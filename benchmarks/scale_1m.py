@@ -72,12 +72,12 @@ from typing import Any
 
 import numpy as np
 
+from memoryd.app import check_embedder_matches
 from memoryd.core.memory import term_space
 from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.payload import content_hash, embed_text_of, to_payload
 from memoryd.core.memory.vector_memory import NewPoint, VectorMemory
 from memoryd.core.models import AddCommand, Kind, RetrieveQuery, Scope, Tier
-from memoryd.core.retrieval.bm25 import ENCODER_NAME
 from memoryd.settings import RetrievalSettings, Settings
 from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME
 from memoryd.stores.embeddings.port import Embedder
@@ -186,18 +186,8 @@ def open_store(adapter: str, data_dir: Path, space: str = term_space.SHARED) -> 
         from memoryd.stores.vectors.qdrant_server_store import QdrantServerVectorStore
 
         store = QdrantServerVectorStore(dim=MINILM_DIM, path=str(data_dir / "qdrant-local"))
-    meta = store.read_meta()
-    if meta is None:  # what `build_app` records in a new store, the term space as asked
-        if store.count() > 0:  # written before stores recorded one: the shared space
-            space = term_space.SHARED
-        meta = {
-            "embedder": MINILM_NAME,
-            "dim": MINILM_DIM,
-            "sparse": ENCODER_NAME,
-            term_space.TERM_SPACE_KEY: space,
-        }
-        store.write_meta(meta)
-    return term_space.in_term_space(store, meta)
+    check_embedder_matches(store, GivenVectors(), space)  # as `build_app` does
+    return term_space.in_term_space(store, store.read_meta() or {})
 
 
 def settings_for(adapter: str, data_dir: Path) -> Settings:

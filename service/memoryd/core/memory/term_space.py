@@ -97,11 +97,6 @@ class UserTermSpace:
         self._store = store
 
     @property
-    def inner(self) -> VectorStore:
-        """The store in the users' id space (what a copy of its points must not bypass)."""
-        return self._store
-
-    @property
     def dim(self) -> int:
         return self._store.dim
 
