@@ -174,7 +174,7 @@ class GivenVectors:
         return None
 
 
-def open_store(adapter: str, data_dir: Path, space: str = term_space.SHARED) -> VectorStore:
+def open_store(adapter: str, data_dir: Path, space: str = term_space.USER) -> VectorStore:
     """The store `build_app` would open for these settings (same path and collection), in
     the term space its metadata records (a new store: `space`, ADR 0601)."""
     store: VectorStore
@@ -187,7 +187,14 @@ def open_store(adapter: str, data_dir: Path, space: str = term_space.SHARED) -> 
 
         store = QdrantServerVectorStore(dim=MINILM_DIM, path=str(data_dir / "qdrant-local"))
     check_embedder_matches(store, GivenVectors(), space)  # as `build_app` does
-    return term_space.in_term_space(store, store.read_meta() or {})
+    spaced = term_space.in_term_space(store, store.read_meta() or {})
+    if isinstance(spaced, term_space.UserTermSpace):
+        # The collection's keyword statistics, counted before anything is timed.
+        started = time.perf_counter()
+        spaced.terms.start()
+        spaced.terms.wait()
+        print(f"  keyword statistics counted in {time.perf_counter() - started:.1f} s", flush=True)
+    return spaced
 
 
 def settings_for(adapter: str, data_dir: Path) -> Settings:
@@ -710,9 +717,9 @@ def main() -> None:
     parser.add_argument(
         "--term-space",
         choices=[term_space.USER, term_space.SHARED],
-        default=term_space.SHARED,
-        help="a new store's keyword term ids: one space for all (the server's default) or "
-        "each user's own (MEMORYD_VECTORS__TERM_SPACE=user, ADR 0601)",
+        default=term_space.USER,
+        help="a new store's keyword term ids: each user's own (the server's default, ADR "
+        "0601) or one space for all (MEMORYD_VECTORS__TERM_SPACE=shared)",
     )
     parser.add_argument("--data-dir", type=Path, help="keep the store here (reused if loaded)")
     parser.add_argument("--skip-load", action="store_true", help="--data-dir already loaded")

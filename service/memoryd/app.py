@@ -232,7 +232,10 @@ def open_vectors(settings: Settings, embedder: Embedder, warmed: bool = False) -
     except BaseException:
         store.close()
         raise
-    return term_space.in_term_space(store, store.read_meta() or {})
+    spaced = term_space.in_term_space(store, store.read_meta() or {})
+    if isinstance(spaced, term_space.UserTermSpace):
+        spaced.terms.start()  # the collection's keyword statistics, counted in the background
+    return spaced
 
 
 def build_extractor(settings: Settings) -> StructuredChat | None:

@@ -96,11 +96,12 @@ class VectorSettings(_Block):
     )
     collection: str = Field("memories", description="The one collection of every vector tier")
     term_space: Literal["shared", "user"] = Field(
-        "shared",
-        description="A new store's keyword term ids (ADR 0601): shared by every user, or each "
-        "user's own (a heavy user's keyword search and counts then read only that user's "
-        "memories; the keyword statistics are then that user's alone). An existing store "
-        "keeps its own; `memoryd reindex` rewrites it into this one",
+        "user",
+        description="A new store's keyword term ids (ADR 0601): each user's own (a user's "
+        "keyword search and counts read only that user's memories; the keyword weights still "
+        "come from the whole collection's statistics, kept in memory) or shared by every user "
+        "(stores created before ADR 0601). An existing store keeps its own; `memoryd reindex` "
+        "rewrites it into this one",
     )
 
 

@@ -46,8 +46,13 @@ def owner(user: str = "alice", tenant: str = "acme") -> Filter:
 
 
 @pytest.fixture(params=ADAPTERS)
-def raw(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
-    store = open_store(request.param, tmp_path, DIM)
+def adapter(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def raw(adapter: str, tmp_path: Path) -> Iterator[VectorStore]:
+    store = open_store(adapter, tmp_path, DIM)
     yield store
     store.close()
 
@@ -90,20 +95,55 @@ def test_the_same_words_of_two_users_are_different_terms_in_the_store(
     assert salt_of("acme", "alice") != salt_of("other", "alice")
 
 
-def test_another_users_memories_never_move_a_users_keyword_scores(
-    spaced: UserTermSpace,
+@pytest.fixture
+def shared(adapter: str, tmp_path: Path) -> Iterator[VectorStore]:
+    """A second store of the same adapter, in the shared space."""
+    store = open_store(adapter, tmp_path / "shared", DIM)
+    yield store
+    store.close()
+
+
+def keyword_scores(store: VectorStore, user: str, text: str) -> dict[str, float]:
+    hits = store.search(owner(user), sparse=ENCODER.encode_query(text), limit=100)
+    return {h.id: h.score for h in hits}
+
+
+def test_keyword_scores_are_those_of_one_shared_space(
+    spaced: UserTermSpace, shared: VectorStore
 ) -> None:
-    alice = [memory(1, "skiing trip in the alps"), memory(2, "a quiet weekend of reading")]
-    spaced.upsert(alice)
-    query = ENCODER.encode_query("skiing weekend")
-    before = [(h.id, h.score) for h in spaced.search(owner(), sparse=query, limit=5)]
-    # bob writes "skiing" many times: in one shared space it would become a common term
-    spaced.upsert([memory(100 + n, f"skiing lesson number {n}", user="bob") for n in range(30)])
-    after = [(h.id, h.score) for h in spaced.search(owner(), sparse=query, limit=5)]
-    assert [i for i, _ in after] == [i for i, _ in before]
-    # The engine's IDF still counts every point of the collection (N): the ratio between
-    # alice's terms is hers alone, the absolute scores move with N only.
-    assert after[0][1] / after[1][1] == pytest.approx(before[0][1] / before[1][1], rel=0.35)
+    # alice's words are rare among everyone's memories, bob's "skiing" is common: the
+    # engine counts only a user's own postings here, the weights are the collection's.
+    first = [
+        memory(1, "skiing trip in the alps"),
+        memory(2, "a quiet weekend of reading"),
+        memory(3, "skiing with my sister at the weekend"),
+        *(memory(10 + n, f"skiing lesson number {n}", user="bob") for n in range(30)),
+    ]
+    later = [
+        memory(50, "reading about the alps", user="bob"),
+        memory(51, "weekend skiing"),
+        memory(2, "a loud weekend of skiing"),  # replaces one: its old words are gone
+    ]
+    # Each batch after the first finds the users' own counts kept: carried through it.
+    for batch in (first, later, [memory(52, "reading")], [memory(1, "the alps again")]):
+        spaced.upsert(batch)
+        shared.upsert(batch)
+        assert spaced.terms.wait(10)
+        for user in ("alice", "bob"):
+            for text in ("skiing weekend", "alps reading", "skiing lesson sister"):
+                mine = keyword_scores(spaced, user, text)
+                everyone = keyword_scores(shared, user, text)
+                assert mine.keys() == everyone.keys()
+                assert mine == pytest.approx(everyone, rel=1e-4)
+
+
+def test_without_statistics_yet_the_engines_idf_stands(raw: VectorStore) -> None:
+    spaced = UserTermSpace(raw)
+    spaced.terms.close()  # no recount will run
+    raw_points = [memory(1, "skiing trip"), memory(2, "skiing lesson", user="bob")]
+    spaced.upsert(raw_points)
+    hits = spaced.search(owner(), sparse=ENCODER.encode_query("skiing trip"), limit=5)
+    assert [h.id for h in hits] == [str(uuid.UUID(int=1))]
 
 
 def test_term_counts_and_keyword_search_see_only_the_users_memories(

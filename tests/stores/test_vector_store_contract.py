@@ -483,6 +483,21 @@ def test_scroll_pages_through_every_point_exactly_once(store: VectorStore) -> No
     assert sorted(seen) == sorted(pid(n) for n in range(1, 8))
 
 
+def test_scroll_reads_only_the_payload_keys_asked_for(store: VectorStore) -> None:
+    store.upsert([point(n, created_at=float(n)) for n in range(1, 5)])
+
+    page, _ = store.scroll(scope(), limit=10, fields=["user_id"])
+    assert sorted(p.id for p in page) == sorted(pid(n) for n in range(1, 5))
+    assert all(p.payload == {"user_id": "alice"} for p in page)
+    # An ordered scroll also reads its ordering field: the next page's cursor needs it.
+    first, token = store.scroll(scope(), limit=2, order_by="created_at", fields=["user_id"])
+    second, _ = store.scroll(
+        scope(), limit=2, offset=token, order_by="created_at", fields=["user_id"]
+    )
+    assert [p.payload["created_at"] for p in first + second] == [1.0, 2.0, 3.0, 4.0]
+    assert all(set(p.payload) == {"user_id", "created_at"} for p in first + second)
+
+
 def _scroll_all_ordered(store: VectorStore, *, descending: bool, limit: int) -> list[StoredPoint]:
     out: list[StoredPoint] = []
     token: str | None = None

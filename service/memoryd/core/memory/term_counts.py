@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from memoryd.core.memory.collection_terms import bm25_idf
 from memoryd.core.memory.derived import DerivedCache, Held, Owner
 from memoryd.core.memory.filter_eval import selects
 from memoryd.stores.vectors.port import (
@@ -79,7 +80,7 @@ class Counts:
             n = frequencies.get(term)
             if n is None:
                 return None
-            idf[term] = math.log(1.0 + (live - n + 0.5) / (n + 0.5))
+            idf[term] = bm25_idf(live, n)
         return idf
 
     def with_inserted(self, points: Sequence[tuple[str, Mapping[str, Any]]]) -> Counts | None:

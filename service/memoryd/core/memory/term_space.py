@@ -22,15 +22,19 @@ reindex` rewrites them.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
+from memoryd.core.memory.collection_terms import CollectionTerms, bm25_idf
 from memoryd.core.memory.term_counts import owner_of
 from memoryd.stores.vectors.port import (
     TERMS_FIELD,
     Filter,
+    MatchValue,
     RrfParams,
     ScoredPoint,
     SparseVector,
@@ -55,6 +59,10 @@ SHARED = "shared"
 USER = "user"
 
 _MASK = 0xFFFFFFFF
+# Users whose own document frequencies are kept (until their next write), and the terms
+# kept per user before their entry starts over.
+MAX_USERS = 4_096
+MAX_USER_TERMS = 20_000
 
 
 @lru_cache(maxsize=65_536)
@@ -69,8 +77,8 @@ def _shift(ids: Sequence[int], salt: int) -> list[int]:
 
 
 def _payload_salt(payload: Mapping[str, Any]) -> int | None:
-    tenant, user = payload.get("tenant"), payload.get("user_id")
-    return salt_of(tenant, user) if isinstance(tenant, str) and isinstance(user, str) else None
+    owner = _owner(payload)
+    return None if owner is None else salt_of(*owner)
 
 
 def _filter_salt(flt: Filter | None, what: str) -> int:
@@ -91,10 +99,19 @@ def _unshift_payload(payload: dict[str, Any]) -> int | None:
 
 class UserTermSpace:
     """A `VectorStore` whose term ids are each user's own; the ids above it are the
-    encoder's (module docstring)."""
+    encoder's (module docstring).
+
+    A keyword search weighs each query term by the collection's IDF over the engine's:
+    the engine's IDF here counts only the user's memories of a term (over the whole
+    collection's size), and the ranking is better with every user's (ADR 0601). The
+    collection's counts come from `CollectionTerms`; the user's, from a count of the
+    user's own postings, kept until the user's next write."""
 
     def __init__(self, store: VectorStore) -> None:
         self._store = store
+        self.terms = CollectionTerms(self._read_terms, self._store.count)
+        self._user_df: OrderedDict[tuple[str, str], tuple[int, dict[int, int]]] = OrderedDict()
+        self._user_df_lock = threading.Lock()
 
     @property
     def dim(self) -> int:
@@ -108,16 +125,47 @@ class UserTermSpace:
         return self._store.generation(tenant, user_id)
 
     def upsert(self, points: Sequence[VectorPoint]) -> None:
-        self._store.upsert([_shifted(p) for p in points])
+        shifted = [_shifted(p) for p in points]
+        owners = _owners(p.payload for p in points)
+        with self._user_df_lock:
+            kept = {o: self._user_df[o] for o in owners if o in self._user_df}
+        before = {o: self._store.generation(*o) for o in kept}
+        # What the write replaces, read first: the counts lose its terms (by id: cheap).
+        replaced = self.retrieve([p.id for p in points])
+        self._store.upsert(shifted)
+        self.terms.changed(
+            [_terms_of(p.payload) for p in points], [_terms_of(p.payload) for p in replaced]
+        )
+        # A user whose own frequencies are kept: carried through the write, so that the
+        # user's next question needs no count.
+        for o, (generation, known) in kept.items():
+            then, after = before[o], self._store.generation(*o)
+            if then is None or after is None or generation != then or after != then + 1:
+                continue  # another write moved it meanwhile: counted again when asked
+            carried = dict(known)
+            for sign, written in ((-1, replaced), (1, points)):
+                for point in written:
+                    if _owner(point.payload) == o:
+                        for term in set(_terms_of(point.payload)):
+                            if term in carried:
+                                carried[term] += sign
+            with self._user_df_lock:
+                now = self._user_df.get(o)
+                if now is not None and now[0] == generation and now[1] is known:
+                    self._user_df[o] = (after, carried)
 
     def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[StoredPoint]:
         return [_unshifted(p) for p in self._store.retrieve(ids, with_vectors=with_vectors)]
 
     def delete(self, ids: Sequence[str]) -> None:
+        gone = self.retrieve(ids)
         self._store.delete(ids)
+        self.terms.changed([], [_terms_of(p.payload) for p in gone])
 
     def delete_where(self, filter: Filter) -> int:
-        return self._store.delete_where(filter)
+        deleted = self._store.delete_where(filter)
+        self.terms.removed(deleted)
+        return deleted
 
     def set_payload(self, ids: Sequence[str], patch: Mapping[str, Any]) -> None:
         if TERMS_FIELD in patch or "tenant" in patch or "user_id" in patch:
@@ -142,6 +190,7 @@ class UserTermSpace:
         order_by: str | None = None,
         descending: bool = False,
         with_vectors: bool = False,
+        fields: Sequence[str] | None = None,
     ) -> tuple[list[StoredPoint], str | None]:
         points, after = self._store.scroll(
             filter,
@@ -150,6 +199,7 @@ class UserTermSpace:
             order_by=order_by,
             descending=descending,
             with_vectors=with_vectors,
+            fields=None if fields is None else [*fields, TERMS_FIELD, "tenant", "user_id"],
         )
         return [_unshifted(p) for p in points], after
 
@@ -165,7 +215,11 @@ class UserTermSpace:
     ) -> list[ScoredPoint]:
         if sparse is not None and not sparse.is_empty:
             salt = _filter_salt(filter, "a keyword search")
-            sparse = SparseVector(_shift(sparse.indices, salt), sparse.values)
+            weights = self._weights(filter, sparse.indices)
+            values = sparse.values
+            if weights is not None:
+                values = [v * w for v, w in zip(values, weights, strict=True)]
+            sparse = SparseVector(_shift(sparse.indices, salt), values)
         hits = self._store.search(
             filter,
             dense=dense,
@@ -191,7 +245,66 @@ class UserTermSpace:
         return self._store.healthy()
 
     def close(self) -> None:
+        self.terms.close()
         self._store.close()
+
+    # ------------------------------------------------------------------ keyword weights
+
+    def _weights(self, flt: Filter | None, terms: Sequence[int]) -> list[float] | None:
+        """Each query term's collection IDF over the engine's; None: no statistics yet
+        (the engine's IDF alone)."""
+        collection = self.terms.frequencies(terms)
+        owner = None if flt is None else owner_of(flt)
+        if collection is None or owner is None:
+            return None
+        total, df = collection
+        mine = self._user_frequencies(owner, terms)
+        return [
+            bm25_idf(total, n) / bm25_idf(total, m) if m > 0 else 1.0
+            for n, m in zip(df, mine, strict=True)
+        ]
+
+    def _user_frequencies(self, owner: tuple[str, str], terms: Sequence[int]) -> list[int]:
+        """How many of the owner's points hold each term (what the engine's IDF counts):
+        their own postings, kept while the store's generation of the owner holds."""
+        generation = self._store.generation(*owner)  # before the count (derived.py)
+        with self._user_df_lock:
+            held = self._user_df.get(owner)
+            known = held[1] if held is not None and held[0] == generation else {}
+        missing = [t for t in dict.fromkeys(terms) if t not in known]
+        if missing:
+            only_owner = Filter(
+                must=[MatchValue("tenant", owner[0]), MatchValue("user_id", owner[1])]
+            )
+            counted = self._store.count_each(
+                only_owner, TERMS_FIELD, _shift(missing, salt_of(*owner))
+            )
+            known = {**known, **dict(zip(missing, counted, strict=True))}
+            if generation is not None and len(known) <= MAX_USER_TERMS:
+                with self._user_df_lock:
+                    self._user_df[owner] = (generation, known)
+                    self._user_df.move_to_end(owner)
+                    while len(self._user_df) > MAX_USERS:
+                        self._user_df.popitem(last=False)
+        return [known[t] for t in terms]
+
+    def _read_terms(self, offset: str | None, limit: int) -> tuple[list[Sequence[int]], str | None]:
+        points, after = self.scroll(None, limit=limit, offset=offset, fields=[])
+        return [_terms_of(p.payload) for p in points], after
+
+
+def _owner(payload: Mapping[str, Any]) -> tuple[str, str] | None:
+    tenant, user = payload.get("tenant"), payload.get("user_id")
+    return (tenant, user) if isinstance(tenant, str) and isinstance(user, str) else None
+
+
+def _owners(payloads: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
+    return {o for p in payloads if (o := _owner(p)) is not None}
+
+
+def _terms_of(payload: Mapping[str, Any]) -> Sequence[int]:
+    terms = payload.get(TERMS_FIELD)
+    return terms if isinstance(terms, list) else ()
 
 
 def _shifted(point: VectorPoint) -> VectorPoint:

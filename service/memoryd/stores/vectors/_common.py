@@ -207,6 +207,14 @@ def vector_names(with_vectors: bool) -> list[str] | bool:
     return [DENSE_VECTOR, SPARSE_VECTOR] if with_vectors else False
 
 
+def payload_keys(fields: Sequence[str] | None, order_by: str | None = None) -> list[str] | bool:
+    """What a scroll reads of each payload: all of it, or `fields` (and the ordering
+    field, which the next page's cursor needs)."""
+    if fields is None:
+        return True
+    return list(dict.fromkeys([*fields, *([order_by] if order_by else [])]))
+
+
 def order_value(value: object) -> float:
     if value is None:  # the engine sets it on every ordered scroll result
         raise VectorStoreError("ordered scroll returned a point without an order value")

@@ -46,6 +46,7 @@ from memoryd.stores.vectors._common import (
     nonempty_sparse,
     ordered_page,
     parse_id_offset,
+    payload_keys,
     scored_point,
     stored_point,
     unique_ids,
@@ -320,6 +321,7 @@ class EdgeVectorStore:
         order_by: str | None = None,
         descending: bool = False,
         with_vectors: bool = False,
+        fields: Sequence[str] | None = None,
     ) -> tuple[list[StoredPoint], str | None]:
         check_limit(limit)
         if order_by is None:
@@ -328,7 +330,7 @@ class EdgeVectorStore:
                 offset=start,
                 limit=limit,
                 filter=_edge_filter(filter),
-                with_payload=True,
+                with_payload=payload_keys(fields),
                 with_vector=False,
             )
             with self._op("scroll"):
@@ -348,7 +350,7 @@ class EdgeVectorStore:
         request = qe.ScrollRequest(
             limit=limit + 1,  # one extra tells whether another page exists
             filter=_edge_filter(effective),
-            with_payload=True,
+            with_payload=payload_keys(fields, order_by),
             with_vector=vector_names(with_vectors),
             order_by=qe.OrderBy(
                 order_by,

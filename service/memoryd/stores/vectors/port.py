@@ -388,13 +388,15 @@ class VectorStore(Protocol):
         order_by: str | None = None,
         descending: bool = False,
         with_vectors: bool = False,
+        fields: Sequence[str] | None = None,
     ) -> tuple[list[StoredPoint], str | None]:
         """One page of matching points and an opaque token for the next page (None at end).
 
         Without ``order_by`` the order is by id. With ``order_by`` (a field in
         ``ORDERABLE_FIELDS``) points are ordered by that field, ascending unless
         ``descending``; points lacking the field are not returned. Pass the returned
-        token back with the same filter and ordering.
+        token back with the same filter and ordering. ``fields``: the payload keys to
+        read (None: all), for a scan that needs few of them.
         """
         ...
 

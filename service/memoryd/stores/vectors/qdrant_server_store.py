@@ -55,6 +55,7 @@ from memoryd.stores.vectors._common import (
     nonempty_sparse,
     ordered_page,
     parse_id_offset,
+    payload_keys,
     scored_point,
     stored_point,
     unique_ids,
@@ -526,6 +527,7 @@ class QdrantServerVectorStore:
         order_by: str | None = None,
         descending: bool = False,
         with_vectors: bool = False,
+        fields: Sequence[str] | None = None,
     ) -> tuple[list[StoredPoint], str | None]:
         check_limit(limit)
         if order_by is None:
@@ -539,7 +541,7 @@ class QdrantServerVectorStore:
                     scroll_filter=_filter(filter),
                     limit=limit,
                     offset=start,
-                    with_payload=True,
+                    with_payload=payload_keys(fields),
                     with_vectors=vector_names(with_vectors),
                     shard_key_selector=shard,
                 )
@@ -562,7 +564,7 @@ class QdrantServerVectorStore:
                     direction=models.Direction.DESC if descending else models.Direction.ASC,
                     start_from=None if cursor is None else cursor.value,
                 ),
-                with_payload=True,
+                with_payload=payload_keys(fields, order_by),
                 with_vectors=vector_names(with_vectors),
                 shard_key_selector=shard,
             )
