@@ -85,11 +85,14 @@ class HybridSearch:
             if terms
             else _ready({})
         )
-        # The time the query names (dateparser) is resolved meanwhile too.
+        # The time the query names (dateparser) is resolved meanwhile too; a query with no
+        # time word on the loop (microseconds: less than the hop to a thread).
         when_task = asyncio.ensure_future(
-            asyncio.to_thread(self._time.resolve, query, self._clock())
-            if settings.time_lift > 0
-            else _no_time()
+            _no_time()
+            if settings.time_lift <= 0
+            else asyncio.to_thread(self._time.resolve, query, self._clock())
+            if self._time.parses(query)
+            else _resolved(self._time.resolve, query, self._clock())
         )
         try:
             dense: list[float] | None = None
@@ -237,6 +240,12 @@ async def _ready(idf: dict[int, float]) -> dict[int, float]:
 
 async def _no_time() -> TimeWindow | Anchor | None:
     return None
+
+
+async def _resolved(
+    resolve: Callable[[str, float], TimeWindow | Anchor | None], query: str, now: float
+) -> TimeWindow | Anchor | None:
+    return resolve(query, now)
 
 
 async def _no_hits() -> list[ScoredPoint]:

@@ -114,6 +114,11 @@ class TimeResolver:
         settings = {"RELATIVE_BASE": now.replace(tzinfo=None), "PREFER_DATES_FROM": "past"}
         return DateDataParser(languages=["en"], settings=settings)
 
+    def parses(self, query: str) -> bool:
+        """Whether `resolve` runs dateparser for `query` (milliseconds); without a time
+        word it answers in microseconds."""
+        return _names_time([w.casefold() for w in _WORD.findall(query)])
+
     def resolve(self, query: str, now: float) -> TimeWindow | Anchor | None:
         words = [w.casefold() for w in _WORD.findall(query)]
         if not _names_time(words):

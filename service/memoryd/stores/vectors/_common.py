@@ -6,6 +6,7 @@ import base64
 import binascii
 import json
 import math
+import struct
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -221,10 +222,24 @@ def order_value(value: object) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+# One packer per vector length: `struct` casts each Python float to a C float in one C
+# loop, the same IEEE rounding as numpy's float64 -> float32 cast (bit for bit), in half
+# the time numpy.asarray takes on a list (which inspects each item's type first).
+_PACKERS: dict[int, struct.Struct] = {}
+
+
 def dense_array(raw: object) -> DenseVector | None:
-    """An engine's dense vector (a list of floats) as one float32 array: a single
-    conversion in C, not one Python float per dimension."""
-    if isinstance(raw, list | np.ndarray):
+    """An engine's dense vector (a list of floats) as one float32 array (read-only): a
+    single conversion in C, not one Python float per dimension."""
+    if isinstance(raw, list):
+        packer = _PACKERS.get(len(raw))
+        if packer is None:
+            packer = _PACKERS.setdefault(len(raw), struct.Struct(f"{len(raw)}f"))
+        try:
+            return np.frombuffer(packer.pack(*raw), dtype=np.float32)
+        except (struct.error, OverflowError):  # not plain floats: numpy decides
+            return np.asarray(raw, dtype=np.float32)
+    if isinstance(raw, np.ndarray):
         return np.asarray(raw, dtype=np.float32)
     return None
 
