@@ -483,6 +483,21 @@ def test_scroll_pages_through_every_point_exactly_once(store: VectorStore) -> No
     assert sorted(seen) == sorted(pid(n) for n in range(1, 8))
 
 
+def test_facet_counts_every_value_a_filters_points_hold(store: VectorStore) -> None:
+    store.upsert(
+        [
+            point(1, term_ids=[7, 9]),
+            point(2, term_ids=[9]),
+            point(3, term_ids=[]),
+            point(4, user="bob", term_ids=[9, 11]),
+        ]
+    )
+    assert store.facet(scope(), "term_ids") == {7: 1, 9: 2}
+    assert store.facet(scope("bob"), "term_ids") == {9: 1, 11: 1}
+    assert store.facet(None, "user_id") == {"alice": 3, "bob": 1}
+    assert store.facet(scope("carol"), "term_ids") == {}
+
+
 def test_scroll_reads_only_the_payload_keys_asked_for(store: VectorStore) -> None:
     store.upsert([point(n, created_at=float(n)) for n in range(1, 5)])
 

@@ -10,16 +10,17 @@ weighs each query term by the collection's IDF over the engine's.
 What it holds: `df` (points holding each encoder term id) and `total` (points holding any),
 over a set of points that is the whole store when it is small, else a sample of it:
 
-* a recount scrolls the store (in its own thread, page by page) and counts every point's
-  `term_ids`, up to `sample_limit` points; the scroll goes in id order, so past the limit
-  the counted points are a sample (random ids) and `df` is scaled to the store's size;
+* a recount counts them from the store's term index, one user at a time (the store's
+  `facet` of a user's `term_ids`: the index, not the payloads), in its own thread; past
+  `sample_limit` points it stops, and the users counted (in random order) are a sample
+  whose frequencies are scaled to the store's size;
 * every write through this process changes them meanwhile: the points it adds, less the
   ones it replaces or deletes by id (read first); deletes by filter are only counted;
 * a recount starts with the first write or keyword search (`start`: when the store
   opens), and again once the points upserted since the last one reach what it counted,
   or those deleted a quarter of it (at least `MIN_CHANGES` either way). Until the first
-  finishes, its pages counted so far (a sample too) stand in once they hold
-  `MIN_SAMPLE` points; before that there are no statistics and the engine's IDF stands.
+  finishes, the users counted so far (a sample too) stand in once they hold `MIN_SAMPLE`
+  points; before that there are no statistics and the engine's IDF stands.
 
 Other processes' writes to a shared Qdrant server are seen at the next recount only;
 IDF moves slowly with counts, so the table may lag without changing rankings much.
@@ -31,12 +32,10 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 log = logging.getLogger(__name__)
 
-# A page of the recount's scroll.
-PAGE = 1_000
 # Points counted per recount; past it the counted points are a sample of the store.
 SAMPLE_LIMIT = 2_000_000
 # Points a first recount must have counted before its partial counts are used.
@@ -44,9 +43,9 @@ MIN_SAMPLE = 20_000
 # Points upserted or deleted that start another recount, at the least.
 MIN_CHANGES = 1_000
 
-# The recount's reader: a page of points' term ids from `offset` (None: the start) and
-# the offset of the next page (None: the end).
-PageReader = Callable[[str | None, int], tuple[list[Sequence[int]], str | None]]
+# What a recount reads, one part of the store (a user) at a time: its points holding a
+# term, and how many of them hold each term (the encoder's ids).
+Part = tuple[int, Mapping[int, int]]
 
 
 def bm25_idf(total: float, df: float) -> float:
@@ -60,6 +59,12 @@ class _Counts:
     def __init__(self) -> None:
         self.df: dict[int, int] = {}
         self.total = 0
+
+    def merge(self, points: int, df: Mapping[int, int]) -> None:
+        self.total += points
+        mine = self.df
+        for term, n in df.items():
+            mine[term] = mine.get(term, 0) + n
 
     def add(self, terms: Iterable[Sequence[int]], sign: int = 1) -> None:
         df = self.df
@@ -76,12 +81,12 @@ class CollectionTerms:
 
     def __init__(
         self,
-        read_page: PageReader,
+        read_parts: Callable[[], Iterable[Part]],
         count_store: Callable[[], int],
         sample_limit: int = SAMPLE_LIMIT,
         min_sample: int = MIN_SAMPLE,
     ) -> None:
-        self._read_page = read_page
+        self._read_parts = read_parts
         self._count_store = count_store
         self._sample_limit = sample_limit
         self._min_sample = min_sample
@@ -175,42 +180,43 @@ class CollectionTerms:
 
     def _recount(self) -> None:
         started = time.monotonic()
-        counts, offset = _Counts(), None
+        counts, complete = _Counts(), True
         try:
-            while not self._closed.is_set():
-                terms, offset = self._read_page(offset, PAGE)
+            for points, df in self._read_parts():
+                if self._closed.is_set():
+                    self._stopped()
+                    return
                 with self._lock:
-                    counts.add(terms)
+                    counts.merge(points, df)
                     self._partial = counts
-                if offset is None or counts.total >= self._sample_limit:
+                if counts.total >= self._sample_limit:
+                    complete = False
                     break
-            else:
-                self._stopped()
-                return
-            # The store's size: the counted points are a sample of it past the limit.
-            size = self._count_store() if offset is not None else counts.total
+            # The store's points holding a term: the counted ones, or a sample of them.
+            size = self._count_store()
         except Exception:  # a store down or closed: the next search starts another
             if not self._closed.is_set():
                 log.warning("recounting the collection's keyword terms failed", exc_info=True)
             self._stopped()
             return
         with self._lock:
-            # Writes during the scroll: those behind its cursor were not counted (and
-            # those ahead of it are counted twice, a small error until the next recount).
-            if size <= counts.total:
+            if complete:
+                # Writes during the recount: those of users already counted were not (and
+                # the others are counted twice, a small error until the next recount).
                 for added, removed in self._during:
                     counts.add(added)
                     counts.add(removed, -1)
+                counts.total = size
             self._during = []
             self._counted = counts.total
-            self._scale = max(1.0, size / counts.total) if counts.total else 1.0
+            self._scale = 1.0 if complete or not counts.total else max(1.0, size / counts.total)
             self._counts, self._partial, self._thread = counts, None, None
         log.info(
             "keyword statistics of %d memories counted in %.1f s (%d terms%s)",
-            counts.total,
+            size,
             time.monotonic() - started,
             len(counts.df),
-            f"; a sample of {size}" if size > counts.total else "",
+            "" if complete else f"; from a sample of {counts.total}",
         )
 
     def _stopped(self) -> None:

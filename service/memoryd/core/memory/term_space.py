@@ -22,18 +22,21 @@ reindex` rewrites them.
 from __future__ import annotations
 
 import hashlib
+import random
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from memoryd.core.memory.collection_terms import CollectionTerms, bm25_idf
+from memoryd.core.memory.collection_terms import CollectionTerms, Part, bm25_idf
 from memoryd.core.memory.term_counts import owner_of
 from memoryd.stores.vectors.port import (
     TERMS_FIELD,
     Filter,
+    FilterScalar,
+    IsEmpty,
     MatchValue,
     RrfParams,
     ScoredPoint,
@@ -109,7 +112,7 @@ class UserTermSpace:
 
     def __init__(self, store: VectorStore) -> None:
         self._store = store
-        self.terms = CollectionTerms(self._read_terms, self._store.count)
+        self.terms = CollectionTerms(self._count_users_terms, self._count_with_terms)
         self._user_df: OrderedDict[tuple[str, str], tuple[int, dict[int, int]]] = OrderedDict()
         self._user_df_lock = threading.Lock()
 
@@ -180,6 +183,13 @@ class UserTermSpace:
         if field == TERMS_FIELD:
             values = _shift(values, _filter_salt(filter, "count_each"))
         return self._store.count_each(filter, field, values)
+
+    def facet(self, filter: Filter | None, field: str) -> dict[FilterScalar, int]:
+        counts = self._store.facet(filter, field)
+        if field != TERMS_FIELD:
+            return counts
+        salt = _filter_salt(filter, "facet")
+        return {(int(v) - salt) & _MASK: n for v, n in counts.items()}
 
     def scroll(
         self,
@@ -273,11 +283,8 @@ class UserTermSpace:
             known = held[1] if held is not None and held[0] == generation else {}
         missing = [t for t in dict.fromkeys(terms) if t not in known]
         if missing:
-            only_owner = Filter(
-                must=[MatchValue("tenant", owner[0]), MatchValue("user_id", owner[1])]
-            )
             counted = self._store.count_each(
-                only_owner, TERMS_FIELD, _shift(missing, salt_of(*owner))
+                _owner_filter(owner), TERMS_FIELD, _shift(missing, salt_of(*owner))
             )
             known = {**known, **dict(zip(missing, counted, strict=True))}
             if generation is not None and len(known) <= MAX_USER_TERMS:
@@ -288,9 +295,31 @@ class UserTermSpace:
                         self._user_df.popitem(last=False)
         return [known[t] for t in terms]
 
-    def _read_terms(self, offset: str | None, limit: int) -> tuple[list[Sequence[int]], str | None]:
-        points, after = self.scroll(None, limit=limit, offset=offset, fields=[])
-        return [_terms_of(p.payload) for p in points], after
+    def _count_users_terms(self) -> Iterator[Part]:
+        """Each user's points and term frequencies, users in random order (a prefix of
+        them is a sample); the encoder's ids."""
+        owners = [
+            (str(tenant), str(user))
+            for tenant in self._store.facet(None, "tenant")
+            for user in self._store.facet(Filter(must=[MatchValue("tenant", tenant)]), "user_id")
+        ]
+        random.shuffle(owners)
+        for owner in owners:
+            only_owner = _owner_filter(owner)
+            df = self.facet(only_owner, TERMS_FIELD)
+            yield self._store.count(_with_terms(only_owner)), {int(t): n for t, n in df.items()}
+
+    def _count_with_terms(self) -> int:
+        return self._store.count(_with_terms(None))
+
+
+def _owner_filter(owner: tuple[str, str]) -> Filter:
+    return Filter(must=[MatchValue("tenant", owner[0]), MatchValue("user_id", owner[1])])
+
+
+def _with_terms(flt: Filter | None) -> Filter:
+    """`flt`'s points that hold a term (what the engine's IDF counts)."""
+    return Filter(must=[] if flt is None else [flt], must_not=[IsEmpty(TERMS_FIELD)])
 
 
 def _owner(payload: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -8,7 +8,7 @@ import json
 import math
 import struct
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -17,10 +17,12 @@ import numpy as np
 
 from memoryd.stores.vectors.port import (
     DENSE_VECTOR,
+    MAX_FACET_VALUES,
     ORDERABLE_FIELDS,
     SPARSE_VECTOR,
     DenseVector,
     Filter,
+    FilterScalar,
     HasId,
     ScoredPoint,
     SparseVector,
@@ -206,6 +208,13 @@ def parse_id_offset(token: str | None) -> str | None:
 
 def vector_names(with_vectors: bool) -> list[str] | bool:
     return [DENSE_VECTOR, SPARSE_VECTOR] if with_vectors else False
+
+
+def facet_counts(hits: Iterable[tuple[Any, int]]) -> dict[FilterScalar, int]:
+    counts = {value: int(count) for value, count in hits}
+    if len(counts) > MAX_FACET_VALUES:
+        raise VectorStoreError(f"a facet holds over {MAX_FACET_VALUES} values")
+    return counts
 
 
 def payload_keys(fields: Sequence[str] | None, order_by: str | None = None) -> list[str] | bool:

@@ -44,6 +44,7 @@ from memoryd.stores.vectors._common import (
     check_orderable,
     check_points,
     dense_array,
+    facet_counts,
     match_any_values,
     nonempty_sparse,
     ordered_page,
@@ -56,6 +57,7 @@ from memoryd.stores.vectors._common import (
 )
 from memoryd.stores.vectors.port import (
     DENSE_VECTOR,
+    MAX_FACET_VALUES,
     PAYLOAD_INDEXES,
     SPARSE_VECTOR,
     Condition,
@@ -312,6 +314,14 @@ class EdgeVectorStore:
         ]
         with self._op("count"):
             return [self._shard.count(r) for r in requests]
+
+    def facet(self, filter: Filter | None, field: str) -> dict[FilterScalar, int]:
+        request = qe.FacetRequest(
+            field, limit=MAX_FACET_VALUES + 1, exact=True, filter=_edge_filter(filter)
+        )
+        with self._op("facet"):
+            hits = self._shard.facet(request).hits
+        return facet_counts((h.value, h.count) for h in hits)
 
     def scroll(
         self,

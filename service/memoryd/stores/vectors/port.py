@@ -37,6 +37,8 @@ SPARSE_VECTOR = "bm25"
 # Payload field holding a memory's distinct BM25 term ids (integers), so that the core
 # can count how many of a user's memories hold a query term (per-user IDF).
 TERMS_FIELD = "term_ids"
+# The most distinct values one `facet` returns (a user's vocabulary is far below it).
+MAX_FACET_VALUES = 1_000_000
 # A dense vector read back from a store: float32, as the engines hold it (no per-element
 # conversion to Python floats; the core computes with it as it is).
 DenseVector: TypeAlias = npt.NDArray[np.float32]
@@ -377,6 +379,12 @@ class VectorStore(Protocol):
         """For each of ``values``, the exact number of points matching ``filter`` whose
         ``field`` (an integer-indexed payload field) holds it: `count` of ``filter`` and
         `MatchValue(field, value)`, with the filter translated once."""
+        ...
+
+    def facet(self, filter: Filter | None, field: str) -> dict[FilterScalar, int]:
+        """How many points matching ``filter`` hold each value of ``field`` (a keyword or
+        integer payload index): every value held, counted exactly. Reads the index, not
+        the payloads; refused past `MAX_FACET_VALUES` values."""
         ...
 
     def scroll(

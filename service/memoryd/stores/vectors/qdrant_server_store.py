@@ -51,6 +51,7 @@ from memoryd.stores.vectors._common import (
     check_limit,
     check_orderable,
     check_points,
+    facet_counts,
     match_any_values,
     nonempty_sparse,
     ordered_page,
@@ -64,10 +65,12 @@ from memoryd.stores.vectors._common import (
 )
 from memoryd.stores.vectors.port import (
     DENSE_VECTOR,
+    MAX_FACET_VALUES,
     PAYLOAD_INDEXES,
     SPARSE_VECTOR,
     Condition,
     Filter,
+    FilterScalar,
     HasId,
     IncompatibleStoreError,
     IndexKind,
@@ -517,6 +520,21 @@ class QdrantServerVectorStore:
                 )
                 out.append(result.count)
         return out
+
+    def facet(self, filter: Filter | None, field: str) -> dict[FilterScalar, int]:
+        with self._read("facet"):
+            shard = self._selector(filter)
+            if isinstance(shard, _NoShard):
+                return {}
+            response = self._client.facet(
+                self._collection,
+                key=field,
+                facet_filter=_filter(filter),
+                limit=MAX_FACET_VALUES + 1,
+                exact=True,
+                shard_key_selector=shard,
+            )
+        return facet_counts((h.value, h.count) for h in response.hits)
 
     def scroll(
         self,
