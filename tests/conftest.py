@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,46 @@ from memoryd.transport.server import MemorydServer
 from memoryd.v1 import memory_pb2_grpc
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer
+
+# The longest test files, longest first (their tests' sum, measured with --durations on a
+# 2-CPU machine). `pytest -n auto --dist loadfile` gives each file to one worker, and
+# xdist would queue the files by their number of tests, most first: these (few tests,
+# each long) would come last, one worker running them while the others have nothing left.
+# Under xdist they are queued first, then every other file as xdist would order it.
+LONG_FILES = (
+    "tests/service/test_replica_processes.py",  # ~210 s
+    "tests/service/test_scale_out_quotas.py",  # ~175 s
+    "tests/service/test_tenant_isolation.py",  # ~110 s
+    "tests/test_deploy_files.py",  # ~105 s
+    "tests/test_benchmark_smoke.py",  # ~100 s
+    "tests/stores/test_onnx_embedder.py",  # ~55 s
+    "tests/service/test_tenant_isolation_qdrant.py",  # ~55 s
+    "tests/service/test_faults.py",  # ~50 s
+    "tests/clients/test_mcp_server.py",  # ~25 s
+    "tests/stores/test_term_counts_through_writes.py",  # ~20 s
+    "tests/service/test_crash_recovery.py",  # ~18 s
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "dist", None) == "loadfile":  # the xdist controller
+        config.option.loadscopereorder = False  # files are queued in the items' order
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker (whose collection is the controller's queue): LONG_FILES first,
+    then the other files by their number of tests, most first."""
+    if not hasattr(config, "workerinput"):
+        return
+    tests_in = Counter(item.nodeid.split("::")[0] for item in items)
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        file = item.nodeid.split("::")[0]
+        if file in LONG_FILES:
+            return LONG_FILES.index(file), 0
+        return len(LONG_FILES), -tests_in[file]
+
+    items.sort(key=rank)  # stable: a file's tests keep their order
 
 
 @pytest.fixture(autouse=True)

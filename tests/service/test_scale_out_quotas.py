@@ -128,13 +128,17 @@ async def started(
     embeddings: OpenAIStub,
     extra_env: dict[str, str] | None = None,
 ) -> list[Replica]:
-    """`n` replicas on the shared Redis, stopped when `stack` closes."""
-    return [
-        await stack.enter_async_context(
-            replica(tmp_path / f"replica-{i}", f"replica-{i}", target, embeddings, extra_env)
-        )
-        for i in range(n)
-    ]
+    """`n` replicas on the shared Redis, started at once, stopped when `stack` closes."""
+    async with asyncio.TaskGroup() as group:  # one failing to start cancels the others
+        starting = [
+            group.create_task(
+                stack.enter_async_context(
+                    replica(tmp_path / name, name, target, embeddings, extra_env)
+                )
+            )
+            for name in (f"replica-{i}" for i in range(n))
+        ]
+    return [task.result() for task in starting]
 
 
 async def stored(replicas: list[Replica], user: str) -> tuple[int, int]:

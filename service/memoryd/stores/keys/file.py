@@ -19,7 +19,7 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,8 @@ def _parse(data: bytes, path: Path) -> dict[str, KeyRecord]:
 
 
 def _revoked(record: KeyRecord, when: str) -> KeyRecord:
-    return KeyRecord(**{**asdict(record), "revoked_at": when})
+    # replace, not asdict: a re-read applies every revocation, and asdict deep-copies.
+    return replace(record, revoked_at=when)
 
 
 class KeysFile:
