@@ -409,7 +409,7 @@ async def _build_app(
         build_queue(settings),
         queue_name,
         observer,
-        skip=("take", "pending", "oldest_put_at", "close"),
+        skip=("take", "pending", "oldest_put_at", "newest_id", "pending_through", "close"),
     )
     batcher = build_batcher(settings, embedder)
     memory = VectorMemory(
@@ -452,7 +452,8 @@ async def _build_app(
         JsonlAuditLog(settings.data_dir / "audit" / "erasures.jsonl"),
         clock,
         backups=backups,
-        flush=copier.drain,
+        # Only what was queued before the erasure: other users' Adds keep coming.
+        flush=copier.copy_queued,
         observer=observer,
         # The journal without the copies just made; deletes persisted (docs/operations.md).
         compactions=(queue.compact, functools.partial(asyncio.to_thread, vectors.flush)),

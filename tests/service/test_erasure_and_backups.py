@@ -23,6 +23,7 @@ from tests.conftest import RunningServer, ServerFactory
 from tests.support.clock import MovableClock
 from tests.support.redis_server import RedisServer
 from tests.support.rpc import scope
+from tests.unit.unit_kit import LIVENESS_S
 
 WK, ST, LT, PE = pb.TIER_WORKING, pb.TIER_SHORT_TERM, pb.TIER_LONG_TERM, pb.TIER_PERSONA
 EP, SD, EN = pb.TIER_EPISODIC, pb.TIER_STRUCTURED, pb.TIER_ENTITY
@@ -189,6 +190,71 @@ async def test_a_message_queued_before_erasure_is_not_copied_back_after_it(
 
     await erase(s, user_id)
     await s.app.copier.drain()  # whatever was still queued is copied now
+
+    assert await retrieved(s, scope(user_id), LT) == []
+    assert await everything(s, user_id) == []
+
+
+async def test_an_erasure_waits_only_for_the_copies_queued_before_it(
+    server: RunningServer, user_id: str
+) -> None:
+    """Other users' Adds keep the queue from ever being empty: the erasure waits for the
+    victim's message queued before it began (copied, then erased with the rest), not for
+    an empty queue (it waited until its 30 s ran out, then answered UNAVAILABLE)."""
+    s = server
+    await s.app.copier.stop()  # only the erasure copies from here on
+    await add(s, scope(user_id, session_id="s1"), ST, "Victim's queued message")
+    queue = s.app.copier._queue
+    take, others = queue.take, [f"other-{uuid.uuid4().hex}" for _ in range(2)]
+    added = 0
+
+    async def while_others_add(max_items: int, wait_s: float) -> list[Any]:
+        nonlocal added
+        taken = await take(max_items, wait_s)
+        if taken:  # another user's message arrives while a batch is being copied
+            added += 1
+            await add(s, scope(others[added % 2], session_id="s"), ST, f"message {added}")
+        return taken
+
+    queue.take = while_others_add  # type: ignore[method-assign]
+    try:
+        await asyncio.wait_for(erase(s, user_id), LIVENESS_S)
+        assert added and await queue.pending()  # it did not wait for them
+    finally:
+        queue.take = take  # type: ignore[method-assign]
+    await s.app.copier.drain()  # the others' copies, and anything the erasure left
+
+    assert await retrieved(s, scope(user_id), LT) == []
+    assert await everything(s, user_id) == []
+    assert sum([len(await retrieved(s, scope(o), LT)) for o in others]) == added
+
+
+async def test_an_erasure_waits_for_a_copy_held_in_flight_when_it_began(
+    server: RunningServer, user_id: str
+) -> None:
+    """The victim's copy was taken (by another replica, say) and not yet acked when the
+    erasure began: the erasure waits for it, so it cannot land afterwards."""
+    s = server
+    await s.app.copier.stop()
+    await add(s, scope(user_id, session_id="s1"), ST, "Victim's message in flight")
+    queue = s.app.copier._queue
+    held = await queue.take(10, wait_s=0.1)
+    assert len(held) == 1
+    pending_through, waiting = queue.pending_through, asyncio.Event()
+
+    async def noting(mark: str) -> bool:
+        still = await pending_through(mark)
+        if still:
+            waiting.set()
+        return still
+
+    queue.pending_through = noting  # type: ignore[method-assign]
+    erasing = asyncio.ensure_future(erase(s, user_id))
+    await asyncio.wait_for(waiting.wait(), LIVENESS_S)
+    assert not erasing.done()
+    await queue.release([e.id for e in held])  # its holder failed: copied again, now
+    await asyncio.wait_for(erasing, LIVENESS_S)
+    await s.app.copier.drain()
 
     assert await retrieved(s, scope(user_id), LT) == []
     assert await everything(s, user_id) == []

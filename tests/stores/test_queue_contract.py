@@ -130,6 +130,39 @@ async def test_the_oldest_pending_entry_tells_when_it_was_put(open_queue: Opener
     assert await reopened.oldest_put_at() is None
 
 
+async def test_a_mark_counts_only_the_entries_put_up_to_it(open_queue: Opener) -> None:
+    """What an erasure waits for: the entries put before it began, taken or not, and not
+    those other users keep putting meanwhile."""
+    queue = await open_queue()
+    assert await queue.newest_id() is None
+    for n in range(2):
+        await queue.put({"n": n})
+    mark = await queue.newest_id()
+    assert mark is not None
+    await queue.put({"n": 2})  # after the mark
+    taken = await queue.take(2, wait_s=0.1)
+    assert [e.body["n"] for e in taken] == [0, 1]
+    assert await queue.pending_through(mark)  # taken is not done
+    await queue.ack([taken[0].id])
+    assert await queue.pending_through(mark)
+    await queue.ack([taken[1].id])
+    assert not await queue.pending_through(mark)
+    assert await queue.pending() == 1  # n=2 still waits, and is not waited for
+
+    await queue.close()
+    reopened = await open_queue()  # a mark outlives a restart; ids go on growing
+    assert not await reopened.pending_through(mark)
+    later = await reopened.newest_id()
+    assert later is not None and await reopened.pending_through(later)
+    await reopened.put({"n": 3})
+    await reopened.ack([e.id for e in await reopened.take(10, wait_s=0.1)])
+    assert await reopened.newest_id() is None
+    await reopened.put({"n": 4})
+    newest = await reopened.newest_id()
+    assert newest is not None and not await reopened.pending_through(later)
+    assert await reopened.pending_through(newest)
+
+
 async def test_a_redis_that_is_down_is_reported(tmp_path: Path) -> None:
     redis = RedisServer(tmp_path)
     client = aioredis.Redis.from_url(redis.url, socket_connect_timeout=0.5)

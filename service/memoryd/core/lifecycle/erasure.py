@@ -20,7 +20,8 @@ from memoryd.stores.backup.port import BackupStore, BackupStoreError
 from memoryd.stores.queue.port import QueueDown
 from memoryd.stores.vectors.port import VectorStoreError
 
-# Waits until every conversation copy queued so far is in long-term memory.
+# Waits until every conversation copy queued so far is in long-term memory (not for those
+# queued meanwhile: `ConversationCopier.copy_queued`).
 Flush = Callable[[], Awaitable[None]]
 # Has a store drop from its files what was deleted (a journal rewritten, a WAL flushed).
 Compaction = Callable[[], Awaitable[None]]

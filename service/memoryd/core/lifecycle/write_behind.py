@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -147,18 +147,44 @@ class ConversationCopier:
             log.debug("write-behind backlog unknown", exc_info=True)
 
     async def drain(self, timeout_s: float = 30.0) -> None:
-        """Wait until everything queued now is copied (shutdown, `memoryd` tools, tests).
+        """Wait until the queue is empty (shutdown, `memoryd` tools, tests): entries queued
+        meanwhile are waited for too, so a steady flow of Adds can keep it waiting until
+        `timeout_s`. An erasure waits with `copy_queued` instead.
 
         The background worker may hold some entries in flight; those count as pending
         until it acks them. A queue that is down (Redis restarting; a pooled connection
         it closed) is waited for within `timeout_s`; then its last error is raised.
         """
+
+        async def empty() -> bool:
+            return not await self._queue.pending()
+
+        await self._copy_until(empty, timeout_s)
+
+    async def copy_queued(self, timeout_s: float = 30.0) -> None:
+        """Wait until every entry queued before this call is copied (an erasure: none of
+        them may land after it), whichever replica holds it; entries queued meanwhile are
+        not waited for. The mark of "before" is the queue's newest entry id, exact across
+        replicas (no clocks compared). Down queue and `timeout_s`: as `drain`."""
+        mark: str | None = None
+        marked = False
+
+        async def copied() -> bool:
+            nonlocal mark, marked
+            if not marked:  # taken again until the queue answers (it may be down)
+                mark, marked = await self._queue.newest_id(), True
+            return mark is None or not await self._queue.pending_through(mark)
+
+        await self._copy_until(copied, timeout_s)
+
+    async def _copy_until(self, done: Callable[[], Awaitable[bool]], timeout_s: float) -> None:
+        """Copy batches (beside the background worker, and other replicas) until `done`."""
         down: QueueDown | None = None
         try:
             async with asyncio.timeout(timeout_s):
                 while True:
                     try:
-                        if not await self._queue.pending():
+                        if await done():
                             return
                         copied = await self.drain_once()
                         down = None

@@ -165,5 +165,13 @@ class FileQueue:
     async def oldest_put_at(self) -> float | None:
         return min(self._put_at.values(), default=None)
 
+    async def newest_id(self) -> str | None:
+        # Sequence numbers grow with each put and go on after a restart (from the journal,
+        # or past the last acked one when it was emptied).
+        return str(max(self._pending)) if self._pending else None
+
+    async def pending_through(self, mark: str) -> bool:
+        return bool(self._pending) and min(self._pending) <= int(mark)
+
     async def close(self) -> None:
         self._journal.close()

@@ -48,6 +48,17 @@ class WriteBehindQueue(Protocol):
         when there is none."""
         ...
 
+    async def newest_id(self) -> str | None:
+        """The id of the newest entry not yet acked, a mark of "now" for `pending_through`;
+        None when every entry is acked. Ids grow with each `put`, also across restarts."""
+        ...
+
+    async def pending_through(self, mark: str) -> bool:
+        """Whether an entry put at or before `mark` (an id from `newest_id`) is not yet
+        acked, taken or not. Entries put after `mark` do not count, so a caller can wait
+        for what was queued before it began while others keep putting."""
+        ...
+
     async def compact(self) -> None:
         """Remove what is acked from the queue's files on disk, so that no copy of an
         erased user's messages stays there (called after an erasure, which first has every

@@ -210,6 +210,22 @@ class RedisStreamQueue:
             return None
         return int(_text(first[0][0]).split("-", 1)[0]) / 1000.0
 
+    async def newest_id(self) -> str | None:
+        # A stream's ids grow with each XADD; acked entries are deleted (`ack`), so the
+        # last entry is the newest pending one.
+        last = await self._call(lambda: self._redis.xrevrange(self._stream, count=1), retry=True)
+        if not last or last[0][0] is None:
+            return None
+        return _text(last[0][0])
+
+    async def pending_through(self, mark: str) -> bool:
+        # The stream holds exactly the entries not yet acked: is one of them at or before
+        # `mark`? (XRANGE compares ids as ids, not as text.)
+        first = await self._call(
+            lambda: self._redis.xrange(self._stream, min="-", max=mark, count=1), retry=True
+        )
+        return bool(first)
+
     async def compact(self) -> None:
         # Acked entries are deleted from the stream already (`ack`); what remains on disk
         # is in Redis's own files. They hold the hot tiers too (one Redis for both), so
