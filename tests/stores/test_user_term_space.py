@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from memoryd.core.memory import term_space
+from memoryd.core.memory.collection_terms import CollectionTerms
 from memoryd.core.memory.term_space import UserTermSpace, in_term_space, salt_of
 from memoryd.core.retrieval.bm25 import BM25Encoder
 from memoryd.stores.vectors.port import (
@@ -108,9 +110,14 @@ def keyword_scores(store: VectorStore, user: str, text: str) -> dict[str, float]
     return {h.id: h.score for h in hits}
 
 
+@pytest.mark.parametrize("facet_from", [1, term_space.FACET_FROM], ids=["index", "points"])
 def test_keyword_scores_are_those_of_one_shared_space(
-    spaced: UserTermSpace, shared: VectorStore
+    spaced: UserTermSpace, shared: VectorStore, facet_from: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A user's terms are counted from the term index or from their points (by size).
+    monkeypatch.setattr(term_space, "FACET_FROM", facet_from)
+    spaced.terms.close()
+    spaced.terms = CollectionTerms(spaced._count_users_terms, spaced._count_with_terms)
     # alice's words are rare among everyone's memories, bob's "skiing" is common: the
     # engine counts only a user's own postings here, the weights are the collection's.
     first = [

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 log = logging.getLogger(__name__)
 
 # Points counted per recount; past it the counted points are a sample of the store.
-SAMPLE_LIMIT = 2_000_000
+SAMPLE_LIMIT = 250_000
 # Points a first recount must have counted before its partial counts are used.
 MIN_SAMPLE = 20_000
 # Points upserted or deleted that start another recount, at the least.
