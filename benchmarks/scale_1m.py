@@ -410,8 +410,9 @@ async def open_app(data_dir: Path, embedder: Embedder | None, args: argparse.Nam
     from memoryd.app import build_app
 
     app = await build_app(settings_for(args.adapter, data_dir), embedder=embedder)
+    app.serving()  # as the server does once it answers
     if isinstance(app.vectors, term_space.UserTermSpace):
-        # The server counts the collection's keyword statistics after it opens (ADR 0601):
+        # The server counts the collection's keyword statistics after SERVING (ADR 0601):
         # a steady state is what is timed here, not those first seconds.
         await asyncio.to_thread(app.vectors.terms.wait)
     await app.engine.retrieve(RetrieveQuery(scope=Scope(TENANT, "warm"), query="warm up"))

@@ -111,6 +111,13 @@ class App:
         self.copier.start()
         self.maintenance_loop.start()
 
+    def serving(self) -> None:
+        """Work that waits until the server answers: the collection's keyword statistics
+        (ADR 0601), counted in a background thread whose engine calls hold the GIL (at
+        1M memories, started at the store's open it delayed SERVING by seconds)."""
+        if isinstance(self.vectors, term_space.UserTermSpace):
+            self.vectors.terms.start()
+
     async def close(self) -> None:
         await self.maintenance_loop.stop()
         await self.copier.stop()
@@ -232,10 +239,7 @@ def open_vectors(settings: Settings, embedder: Embedder, warmed: bool = False) -
     except BaseException:
         store.close()
         raise
-    spaced = term_space.in_term_space(store, store.read_meta() or {})
-    if isinstance(spaced, term_space.UserTermSpace):
-        spaced.terms.start()  # the collection's keyword statistics, counted in the background
-    return spaced
+    return term_space.in_term_space(store, store.read_meta() or {})
 
 
 def build_extractor(settings: Settings) -> StructuredChat | None:

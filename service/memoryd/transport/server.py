@@ -58,6 +58,9 @@ class Served(Protocol):
     async def start(self) -> None:
         """Background work (the write-behind copy, maintenance), once the server listens."""
 
+    def serving(self) -> None:
+        """Background work that waits until the server answers (it would delay SERVING)."""
+
     async def close(self) -> None:
         """Stop the background work and close every store."""
 
@@ -149,6 +152,7 @@ class MemorydServer:
         await self._app.start()
         await self._server.start()
         log.info("memoryd serving %s on port %d", SERVICE_NAME, self.port)
+        self._app.serving()
         return self.port
 
     async def stop(self, grace_s: float | None = None) -> None:

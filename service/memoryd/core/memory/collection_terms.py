@@ -16,8 +16,8 @@ over a set of points that is the whole store when it is small, else a sample of 
   whose frequencies are scaled to the store's size;
 * every write through this process changes them meanwhile: the points it adds, less the
   ones it replaces or deletes by id (read first); deletes by filter are only counted;
-* a recount starts with the first write or keyword search (`start`: when the store
-  opens), and again once the points upserted since the last one reach what it counted,
+* a recount starts with the first write or keyword search (`start`: once the server
+  answers), and again once the points upserted since the last one reach what it counted,
   or those deleted a quarter of it (at least `MIN_CHANGES` either way). Until the first
   finishes, the users counted so far (a sample too) stand in once they hold `MIN_SAMPLE`
   points; before that there are no statistics and the engine's IDF stands.
