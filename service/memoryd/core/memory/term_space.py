@@ -2,19 +2,21 @@
 
 A common word's sparse postings and its `term_ids` postings held every user's memories of
 it, so a heavy user's keyword search and IDF counts walked everyone's postings of the
-query's common words before the user filter dropped them, and the engine's IDF of a term
-(`Modifier.IDF`) counted every user's memories: one user's writes moved another's
-keyword ranking. Here the ids a store holds are the user's own (ADR 0601): each is the
-encoder's id plus a 32-bit salt of (tenant, user), modulo 2^32. A shift is one to one,
-so a user's terms stay distinct; a posting list holds one user's memories (and, rarely,
-another user's memory of another term whose shifted id collides: the user filter drops
-it, and it adds one to that term's engine IDF count at most).
+query's common words before the user filter dropped them. Here the ids a store holds are
+the user's own (ADR 0601): each is the encoder's id plus a 32-bit salt of (tenant, user),
+modulo 2^32. A shift is one to one, so a user's terms stay distinct; a posting list holds
+one user's memories (and, rarely, another user's memory of another term whose shifted id
+collides: the user filter drops it, and it adds one to that term's engine IDF count at
+most).
 
 `UserTermSpace` wraps a `VectorStore` and is one itself: the core above it works with the
 encoder's ids only. Writes shift a point's sparse vector and `term_ids` by the point's
 owner (its payload's tenant and user_id); keyword searches and `count_each` over
 `term_ids` shift the query's ids by the filter's owner, which they must name; every point
-read back is shifted back. The store's metadata says which space its ids are in
+read back is shifted back. The engine's IDF then counts only the user's own memories of
+a term; a keyword search weighs each query term back to the collection's IDF, from the
+counts `CollectionTerms` keeps (the ranking of one shared space: ADR 0601's addendum).
+The store's metadata says which space its ids are in
 (`TERM_SPACE_KEY`): stores created before it keep the shared space until `memoryd
 reindex` rewrites them.
 """
@@ -62,7 +64,7 @@ SHARED = "shared"
 USER = "user"
 
 _MASK = 0xFFFFFFFF
-# Users whose own document frequencies are kept (until their next write), and the terms
+# Users whose own document frequencies are kept (carried through their writes), and the terms
 # kept per user before their entry starts over.
 MAX_USERS = 4_096
 MAX_USER_TERMS = 20_000
@@ -111,7 +113,7 @@ class UserTermSpace:
     the engine's IDF here counts only the user's memories of a term (over the whole
     collection's size), and the ranking is better with every user's (ADR 0601). The
     collection's counts come from `CollectionTerms`; the user's, from a count of the
-    user's own postings, kept until the user's next write."""
+    user's own postings, kept and carried through the user's writes."""
 
     def __init__(self, store: VectorStore) -> None:
         self._store = store
