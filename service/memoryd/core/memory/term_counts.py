@@ -173,6 +173,12 @@ def selecting(flt: Filter) -> Filter | None:
     return Filter(must=rest, should=flt.should, must_not=flt.must_not)
 
 
+def payload_owner(payload: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The (tenant, user_id) a stored point's payload belongs to, if it names both."""
+    tenant, user = payload.get("tenant"), payload.get("user_id")
+    return (tenant, user) if isinstance(tenant, str) and isinstance(user, str) else None
+
+
 def owner_of(flt: Filter) -> tuple[str, str] | None:
     """The (tenant, user_id) `flt` is limited to by top-level equalities, if any: whose
     writes can change what it counts."""

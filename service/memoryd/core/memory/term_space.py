@@ -33,7 +33,7 @@ from functools import lru_cache
 from typing import Any
 
 from memoryd.core.memory.collection_terms import CollectionTerms, Part, bm25_idf
-from memoryd.core.memory.term_counts import owner_of
+from memoryd.core.memory.term_counts import owner_of, payload_owner
 from memoryd.stores.vectors.port import (
     TERMS_FIELD,
     Filter,
@@ -85,7 +85,7 @@ def _shift(ids: Sequence[int], salt: int) -> list[int]:
 
 
 def _payload_salt(payload: Mapping[str, Any]) -> int | None:
-    owner = _owner(payload)
+    owner = payload_owner(payload)
     return None if owner is None else salt_of(*owner)
 
 
@@ -153,7 +153,7 @@ class UserTermSpace:
             carried = dict(known)
             for sign, written in ((-1, replaced), (1, points)):
                 for point in written:
-                    if _owner(point.payload) == o:
+                    if payload_owner(point.payload) == o:
                         for term in set(_terms_of(point.payload)):
                             if term in carried:
                                 carried[term] += sign
@@ -347,13 +347,8 @@ def _with_terms(flt: Filter | None) -> Filter:
     return Filter(must=[] if flt is None else [flt], must_not=[IsEmpty(TERMS_FIELD)])
 
 
-def _owner(payload: Mapping[str, Any]) -> tuple[str, str] | None:
-    tenant, user = payload.get("tenant"), payload.get("user_id")
-    return (tenant, user) if isinstance(tenant, str) and isinstance(user, str) else None
-
-
 def _owners(payloads: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
-    return {o for p in payloads if (o := _owner(p)) is not None}
+    return {o for p in payloads if (o := payload_owner(p)) is not None}
 
 
 def _terms_of(payload: Mapping[str, Any]) -> Sequence[int]:

@@ -21,7 +21,7 @@ from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
 from memoryd.core.memory.payload import from_payload
 from memoryd.core.memory.points import NewPoint
 from memoryd.core.memory.restore import RestorePlan, check_vector_restore, is_uuid
-from memoryd.core.memory.term_counts import carried, live_condition
+from memoryd.core.memory.term_counts import carried, live_condition, payload_owner
 from memoryd.core.models import ImportResult, Kind, MemoryRecord, Scope, Tier
 from memoryd.core.observe import NullObserver, Observer
 from memoryd.core.retrieval import bm25
@@ -314,8 +314,5 @@ class VectorMemory:
 
 def _owner(points: Sequence[VectorPoint]) -> tuple[str, str] | None:
     """The one (tenant, user_id) all `points` belong to, if they share one."""
-    owners = {(p.payload.get("tenant"), p.payload.get("user_id")) for p in points}
-    if len(owners) != 1:
-        return None
-    tenant, user = owners.pop()
-    return (tenant, user) if isinstance(tenant, str) and isinstance(user, str) else None
+    owners = {payload_owner(p.payload) for p in points}
+    return owners.pop() if len(owners) == 1 else None
