@@ -3,7 +3,8 @@ per-user caches cold, as an active agent calls it), single client through gRPC; 
 server's CPU per Retrieve split by thread, from /proc/<pid>/task/*/stat (issue 28).
 
     PYTHONPATH=service:benchmarks .venv/bin/python benchmarks/retrieve_after_write.py \\
-        [--fill 10000] [--queries 300] [--write-every 1] [--json out.json]
+        [--fill 10000] [--queries 300] [--write-every 1] [--data-dir D [--fill-only]] \\
+        [--json out.json]
 
 Starts `memoryd serve` of this tree on free ports (its configured embedder: the questions
 and the new memories are embedded as in real use), fills one user with long-term memories
@@ -87,6 +88,8 @@ async def measure(target: str, pid: int, args: argparse.Namespace) -> dict[str, 
     # The new memories bring the user to `--fill` at the end (the default quota is 10,000).
     writes = -(-(args.warmup + args.queries) // args.write_every) if args.write_every else 0
     filled = await load.fill(target, user, args.fill - writes)
+    if args.fill_only:  # a data dir to copy for several runs (`memoryd compact` on one)
+        return {"filled": filled, "windows": []}
     scope = pb.Scope(user_id=user, agent_id="agent", session_id="s", task_id="t")
     latencies: list[float] = []
     windows: list[tuple[float, float]] = []  # each recorded Retrieve, CLOCK_MONOTONIC
@@ -163,6 +166,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5, help="unrecorded questions first")
     parser.add_argument("--write-every", type=int, default=1, help="0: never write")
     parser.add_argument("--data-dir", type=Path, help="the server's (reused if filled)")
+    parser.add_argument(
+        "--fill-only", action="store_true", help="fill --data-dir for the run, then stop"
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument(
         "--trace-store",

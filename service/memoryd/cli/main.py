@@ -15,11 +15,13 @@ from memoryd.app import App, build_app, build_embedder, warm_up
 from memoryd.cli import progress
 from memoryd.cli.backup import BackupCorrupt, backup, restore
 from memoryd.cli.client_commands import add_client_commands, run_client_command
+from memoryd.cli.compact import compact
 from memoryd.cli.health import add_health_command, run_health
 from memoryd.cli.keys import add_keys_command, audit_local, run_keys_command
 from memoryd.cli.mcp import add_mcp_command, run_mcp_command
+from memoryd.cli.offline import OfflineRefused
 from memoryd.cli.progress import Progress
-from memoryd.cli.reindex import ReindexRefused, reindex
+from memoryd.cli.reindex import reindex
 from memoryd.console.cli import add_console_command, run_console_command
 from memoryd.core.memory.vector_memory import VectorMemory
 from memoryd.core.startup import startup_refusal
@@ -48,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
         "reindex", help="re-embed every memory with the configured embedder (server stopped)"
     )
     progress.add_option(reindexing)
+    commands.add_parser(
+        "compact",
+        help="rebuild the embedded store's memories into memory-mapped segments: less RAM per "
+        "memory and a quicker open (server stopped)",
+    )
     commands.add_parser(
         "prepare-embedder",
         help="load the configured embedder once (derives the int8 ONNX graph into the user's "
@@ -143,9 +150,20 @@ def _reindex(settings: Settings, args: argparse.Namespace) -> int:
         with Progress("reindex", "memories", enabled=not args.no_progress) as bar:
             copied = reindex(settings, build_embedder(settings), bar)
             bar.close(f"reindex done: {copied:,} memories re-embedded")
-    except ReindexRefused as exc:
+    except OfflineRefused as exc:
         logging.getLogger("memoryd").error("reindex refused: %s", exc)
         return 2
+    return 0
+
+
+async def _compact(settings: Settings) -> int:
+    try:
+        report = await compact(settings)
+    except OfflineRefused as exc:
+        logging.getLogger("memoryd").error("compact refused: %s", exc)
+        return 2
+    done = "rebuilt" if report.rebuilt else "already compact"
+    print(f"compact done: {report.memories:,} memories {done} in {report.seconds:.1f} s")
     return 0
 
 
@@ -240,6 +258,8 @@ def _run(args: argparse.Namespace) -> int:
         asyncio.run(_maintain(settings))
     elif args.command == "reindex":
         return _reindex(settings, args)
+    elif args.command == "compact":
+        return asyncio.run(_compact(settings))
     elif args.command == "prepare-embedder":
         embedder = build_embedder(for_preparing(settings))
         embedder.warm()

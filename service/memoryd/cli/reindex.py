@@ -14,6 +14,7 @@ import shutil
 import time
 from collections.abc import Callable
 
+from memoryd.cli.offline import embedded_store
 from memoryd.core.memory.payload import (
     LEAD_FIELD,
     embed_text_of,
@@ -25,7 +26,7 @@ from memoryd.core.memory.term_space import TERM_SPACE_KEY, in_term_space
 from memoryd.core.retrieval import bm25
 from memoryd.settings import Settings
 from memoryd.stores.embeddings.port import Embedder
-from memoryd.stores.vectors.edge_store import EdgeVectorStore, peek_meta, promote_collection
+from memoryd.stores.vectors.edge_store import EdgeVectorStore, promote_collection
 from memoryd.stores.vectors.port import (
     TERMS_FIELD,
     StoredPoint,
@@ -52,10 +53,6 @@ def _after_leads(
             text = with_lead(lead_for(record.kind, record.metadata, turn, lead_chars), text)
         out.append(text)
     return out
-
-
-class ReindexRefused(Exception):
-    pass
 
 
 def copy_reembedded(
@@ -96,16 +93,12 @@ def copy_reembedded(
 
 
 def reindex(settings: Settings, embedder: Embedder, progress: Callable[[int, int], None]) -> int:
-    if settings.vectors.backend != "edge":
-        raise ReindexRefused(
-            "reindex runs on the embedded (edge) store; for a Qdrant server, point a new "
-            "server collection at MEMORYD_VECTORS__COLLECTION and re-import an export"
-        )
-    root = settings.data_dir / "vectors"
-    collection = settings.vectors.collection
-    meta = peek_meta(root, collection)
-    if meta is None or "dim" not in meta:
-        raise ReindexRefused(f"no vector store to reindex under {root}")
+    root, collection, meta = embedded_store(
+        settings,
+        "reindex",
+        "for a Qdrant server, point a new server collection at MEMORYD_VECTORS__COLLECTION "
+        "and re-import an export",
+    )
     embedder.warm()
     building = f"{collection}.reindex"
     for leftover in (root / building, root / f"{building}.meta.json"):

@@ -5,9 +5,10 @@ Layout under ``path``: ``<collection>/`` is the edge shard (segments + WAL) and
 
 * Durability: the WAL is on, so an acknowledged `upsert` survives a process kill
   (``kill -9``); `flush` additionally persists segments (and bounds WAL replay).
-* No HNSW is ever built: `EdgeShard.optimize()` holds the GIL for minutes at scale, and a
-  filtered brute-force scan over the tenant/user keyword index is fast enough. Payload
-  indexes need no build step; they are maintained on write.
+* No HNSW graph is ever built: a filtered brute-force scan over the tenant/user keyword
+  index is fast enough. Payload indexes need no build step; they are maintained on write.
+  The engine's optimizer holds the GIL for its whole run, so only `compact` runs it
+  (`memoryd compact`, server stopped: ADR 0602), to move points into memory-mapped segments.
 * Thread safety: the shard is internally synchronised, so reads run unlocked; writes go
   through one lock so that `delete_where`'s count and delete see the same data. The
   engine keeps the GIL while it searches (qdrant-edge-py 0.9, measured: a Python loop
@@ -81,6 +82,22 @@ from memoryd.stores.vectors.port import (
 )
 
 _SHARD_MARKERS = ("edge_config.json", "segments", "wal")
+_IndexParams: TypeAlias = (
+    qe.KeywordIndexParams | qe.IntegerIndexParams | qe.FloatIndexParams | qe.BoolIndexParams
+)
+# A filtered search scans its points exactly below this many KB of vectors: always.
+_ALWAYS_EXACT_KB = 1 << 40
+# What a compacted segment holds memory-mapped and reads in at open (the kernel may drop
+# its pages again): the indexes a search walks. Payloads stay on disk until read
+# (`Memory.Cold`): a search reads those of its hits only (ADR 0602).
+_INDEX_MEMORY = qe.Memory.Cached
+# `compact` rebuilds every segment holding a vector (1 KB) and every one with a point
+# replaced or deleted since: those still count in a compacted segment's keyword statistics.
+_COMPACTING: dict[str, Any] = {
+    "indexing_threshold": 1,
+    "deleted_threshold": 0.0,
+    "vacuum_min_vector_number": 1,
+}
 
 
 class EdgeVectorStore:
@@ -112,7 +129,7 @@ class EdgeVectorStore:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _config(self) -> qe.EdgeConfig:
+    def _config(self, *, compacting: bool = False) -> qe.EdgeConfig:
         return qe.EdgeConfig(
             vectors={
                 # Memory-mapped without being read in at open: a user's vectors are paged in
@@ -123,10 +140,26 @@ class EdgeVectorStore:
                     size=self._dim, distance=qe.Distance.Cosine, memory=qe.Memory.Cold
                 )
             },
-            sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            sparse_vectors={
+                SPARSE_VECTOR: qe.EdgeSparseVectorParams(
+                    modifier=qe.Modifier.Idf, memory=_INDEX_MEMORY
+                )
+            },
             wal_enabled=True,
-            # Deferred points would vanish from reads until optimize(), which we never run.
-            optimizers=qe.EdgeOptimizersConfig(prevent_unoptimized=False),
+            # What `compact` builds (ADR 0602): segments without a graph, searched exactly
+            # within the filter as the appendable segment is, with their payload indexes,
+            # payloads and id tracker memory-mapped instead of rebuilt in RAM at open.
+            hnsw_config=qe.HnswIndexConfig(
+                m=0, ef_construct=100, full_scan_threshold=_ALWAYS_EXACT_KB, payload_m=0
+            ),
+            payload_memory=qe.Memory.Cold,
+            id_tracker_memory=_INDEX_MEMORY,
+            on_disk_payload=True,
+            # Deferred points would vanish from reads until optimize(), which only
+            # `compact` runs; there, any segment with a vector is rebuilt.
+            optimizers=qe.EdgeOptimizersConfig(
+                prevent_unoptimized=False, **(_COMPACTING if compacting else {})
+            ),
         )
 
     def _open_shard(self) -> qe.EdgeShard:
@@ -221,6 +254,29 @@ class EdgeVectorStore:
     def flush(self) -> None:
         with self._op("flush"), self._write_lock:
             self._shard.flush()
+
+    def compact(self) -> bool:
+        """Rebuilds the shard's points into memory-mapped segments (ADR 0602); False when
+        there was nothing to rebuild. The engine holds the GIL throughout (~17 s per 100k
+        points): this is for `memoryd compact`, never a serving process."""
+        with self._op("compact"), self._write_lock:
+            # Indexes made by versions before compaction are rebuilt memory-mapped first.
+            schema = self._shard.info().payload_schema
+            for name, kind in PAYLOAD_INDEXES:
+                if not _memory_mapped(schema[name]):
+                    self._shard.update(qe.UpdateOperation.delete_field_index(name))
+                    self._shard.update(
+                        qe.UpdateOperation.create_field_index(name, _edge_schema(kind))
+                    )
+            self._shard.close()
+            self._shard = qe.EdgeShard.load(str(self._shard_dir), self._config(compacting=True))
+            try:
+                rebuilt = bool(self._shard.optimize())
+                self._shard.flush()
+            finally:
+                self._shard.close()
+                self._shard = qe.EdgeShard.load(str(self._shard_dir), self._config())
+            return rebuilt
 
     def close(self) -> None:
         if not self._gate.close():
@@ -522,18 +578,24 @@ def _owner_filtered(filter: Filter) -> set[Owner] | None:
 # ---------------------------------------------------------------------- conversions
 
 
-def _edge_schema(
-    kind: IndexKind,
-) -> qe.PayloadSchemaType | qe.KeywordIndexParams | qe.IntegerIndexParams:
+def _edge_schema(kind: IndexKind) -> _IndexParams:
+    # In a compacted segment, memory-mapped and read in at open (an appendable segment
+    # keeps its maps in RAM whatever this says); no graph links by payload (ADR 0602).
+    cold: dict[str, Any] = {"memory": _INDEX_MEMORY, "enable_hnsw": False}
     if kind is IndexKind.TENANT_KEYWORD:
-        return qe.KeywordIndexParams(is_tenant=True)
+        return qe.KeywordIndexParams(is_tenant=True, **cold)
     if kind is IndexKind.KEYWORD:
-        return qe.PayloadSchemaType.Keyword
+        return qe.KeywordIndexParams(**cold)
     if kind is IndexKind.INTEGER:
-        return qe.IntegerIndexParams(lookup=True, range=False)
+        return qe.IntegerIndexParams(lookup=True, range=False, **cold)
     if kind is IndexKind.FLOAT:
-        return qe.PayloadSchemaType.Float
-    return qe.PayloadSchemaType.Bool
+        return qe.FloatIndexParams(**cold)
+    return qe.BoolIndexParams(**cold)
+
+
+def _memory_mapped(info: Any) -> bool:
+    """Whether an index (the engine's `PayloadIndexInfo`) was made as `_edge_schema` says."""
+    return info.params is not None and info.params.memory == _INDEX_MEMORY
 
 
 def _edge_point(point: VectorPoint) -> qe.Point:
