@@ -147,8 +147,8 @@ class EdgeVectorStore:
             },
             wal_enabled=True,
             # What `compact` builds (ADR 0602): segments without a graph, searched exactly
-            # within the filter as the appendable segment is, with their payload indexes,
-            # payloads and id tracker memory-mapped instead of rebuilt in RAM at open.
+            # within the filter as the appendable segment is, their indexes, payloads and id
+            # tracker memory-mapped (`_INDEX_MEMORY`, payloads Cold), not rebuilt at open.
             hnsw_config=qe.HnswIndexConfig(
                 m=0, ef_construct=100, full_scan_threshold=_ALWAYS_EXACT_KB, payload_m=0
             ),
@@ -257,8 +257,8 @@ class EdgeVectorStore:
 
     def compact(self) -> bool:
         """Rebuilds the shard's points into memory-mapped segments (ADR 0602); False when
-        there was nothing to rebuild. The engine holds the GIL throughout (~17 s per 100k
-        points): this is for `memoryd compact`, never a serving process."""
+        there was nothing to rebuild. The engine holds the GIL throughout (400-450 s at 1M
+        points, measured): this is for `memoryd compact`, never a serving process."""
         with self._op("compact"), self._write_lock:
             # Indexes made by versions before compaction are rebuilt memory-mapped first.
             schema = self._shard.info().payload_schema
