@@ -33,6 +33,7 @@ from memoryd.stores.vectors.port import (
     VectorPoint,
     VectorStore,
     canonical_id,
+    every_page,
 )
 
 
@@ -67,11 +68,7 @@ def copy_reembedded(
     encoder = bm25.BM25Encoder()
     total = source.count()
     done = 0
-    offset: str | None = None
-    while True:
-        points, offset = source.scroll(limit=batch_size, offset=offset)
-        if not points:
-            break
+    for points in every_page(source, limit=batch_size):
         texts = [embed_text_of(p.payload) for p in points]
         vectors = embedder.embed(_after_leads(source, points, texts, lead_chars))
         upserts = []
@@ -87,8 +84,6 @@ def copy_reembedded(
         target.upsert(upserts)
         done += len(points)
         progress(done, total)
-        if offset is None:
-            break
     return done
 
 

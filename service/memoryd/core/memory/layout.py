@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from memoryd.core.memory.payload import TURN_FIELD, turn_key
-from memoryd.stores.vectors.port import Filter, IsEmpty, VectorStore
+from memoryd.stores.vectors.port import Filter, IsEmpty, VectorStore, every_page
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +35,7 @@ def upgrade_layout(store: VectorStore, clock: Callable[[], float] = time.monoton
         return 0
     started = last = clock()
     changed = 0
-    offset: str | None = None
-    while True:
-        points, offset = store.scroll(
-            Filter(must=[IsEmpty(TURN_FIELD)]), limit=UPGRADE_PAGE, offset=offset
-        )
+    for points in every_page(store, Filter(must=[IsEmpty(TURN_FIELD)]), limit=UPGRADE_PAGE):
         for point in points:
             tenant, user = point.payload.get("tenant"), point.payload.get("user_id")
             session, position = point.payload.get("session_id"), point.payload.get("position")
@@ -54,8 +50,6 @@ def upgrade_layout(store: VectorStore, clock: Callable[[], float] = time.monoton
                 changed,
                 last - started,
             )
-        if offset is None:
-            break
     store.write_meta({**meta, LAYOUT_KEY: PAYLOAD_LAYOUT})
     if changed:
         log.info(

@@ -46,6 +46,7 @@ from memoryd.stores.vectors.port import (
     StoredPoint,
     VectorPoint,
     VectorStore,
+    every_page,
 )
 
 __all__ = [
@@ -322,16 +323,13 @@ class UserTermSpace:
                 yield self._store.count(_with_terms(only_owner)), {int(t): n for t, n in df.items()}
                 continue
             counted: Counter[int] = Counter()
-            held, offset = 0, None
-            while True:
-                page, offset = self.scroll(only_owner, limit=1000, offset=offset, fields=[])
+            held = 0
+            for page in every_page(self, only_owner, limit=1000, fields=[]):
                 for point in page:
                     terms = _terms_of(point.payload)
                     if terms:
                         held += 1
                         counted.update(terms)
-                if offset is None:
-                    break
             yield held, counted
 
     def _count_with_terms(self) -> int:

@@ -25,7 +25,7 @@ import dataclasses
 import enum
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
@@ -446,3 +446,23 @@ class VectorStore(Protocol):
     def close(self) -> None:
         """Flush and release the store; idempotent. Later calls raise StoreClosedError."""
         ...
+
+
+def every_page(
+    store: VectorStore,
+    filter: Filter | None = None,
+    *,
+    limit: int,
+    fields: Sequence[str] | None = None,
+) -> Iterator[list[StoredPoint]]:
+    """Every point `filter` matches, one scroll page at a time (never all in memory); the
+    next page is read once the caller is done with this one. Blocking: for worker threads
+    and offline commands (`VectorMemory.points` is the event loop's)."""
+    offset: str | None = None
+    while True:
+        points, offset = store.scroll(filter, limit=limit, offset=offset, fields=fields)
+        if not points:
+            return
+        yield points
+        if offset is None:
+            return
