@@ -18,6 +18,7 @@ import qdrant_edge as qe
 
 from memoryd.app import DataDirLock
 from memoryd.cli.main import main
+from memoryd.stores.vectors import edge_store
 from memoryd.stores.vectors.edge_store import EdgeVectorStore
 from memoryd.stores.vectors.port import (
     PAYLOAD_INDEXES,
@@ -268,6 +269,79 @@ def memory_mapped(store: EdgeVectorStore) -> set[str]:
         for name, info in store._shard.info().payload_schema.items()
         if info.params is not None and info.params.memory == qe.Memory.Cached
     }
+
+
+def quantized_segments(store_dir: Path) -> list[Path]:
+    """Segments holding an int8 copy of their dense vectors (the engine's file for it)."""
+    return [
+        s for s in segments(store_dir) if (s / "vector_storage-dense" / "quantized.data").is_file()
+    ]
+
+
+def unit_vectors(rng: random.Random, count: int, dim: int) -> list[list[float]]:
+    vectors = []
+    for _ in range(count):
+        v = [rng.gauss(0, 1) for _ in range(dim)]
+        norm = math.sqrt(sum(x * x for x in v))
+        vectors.append([x / norm for x in v])
+    return vectors
+
+
+def test_a_compacted_segment_searches_int8_vectors_and_ranks_by_the_originals(
+    tmp_path: Path,
+) -> None:
+    dim, per_user = 64, 800
+    rng = random.Random(17)
+    store = EdgeVectorStore(tmp_path, dim=dim)
+    try:
+        vectors = unit_vectors(rng, 2 * per_user, dim)
+        store.upsert(
+            [
+                VectorPoint(
+                    id=pid(n),
+                    dense=vector,
+                    payload={"tenant": "acme", "user_id": "alice" if n < per_user else "bob"},
+                )
+                for n, vector in enumerate(vectors)
+            ]
+        )
+        assert store.compact() is True
+        assert len(quantized_segments(tmp_path)) == 1
+
+        alice = owner("acme", "alice")
+        for query in unit_vectors(rng, 25, dim):
+            cosines = sorted(
+                (
+                    (sum(a * b for a, b in zip(v, query, strict=True)), pid(n))
+                    for n, v in enumerate(vectors[:per_user])
+                ),
+                reverse=True,
+            )
+            exact = [(i, round(c, 4)) for c, i in cosines[:10]]
+            found = store.search(alice, dense=query, limit=10)
+            assert [(h.id, round(h.score, 4)) for h in found] == exact
+    finally:
+        store.close()
+
+
+def test_compaction_quantizes_a_store_an_earlier_version_compacted_without(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(edge_store, "_QUANTIZED", None)
+    store = EdgeVectorStore(tmp_path, dim=DIM)
+    try:
+        store.upsert(memories())
+        store.compact()
+        before = answers(store)
+        assert quantized_segments(tmp_path) == []
+        monkeypatch.undo()
+
+        assert store.compact() is True
+
+        assert len(quantized_segments(tmp_path)) == 1
+        assert answers(store) == before
+    finally:
+        store.close()
 
 
 # ------------------------------------------------------------------- memoryd compact

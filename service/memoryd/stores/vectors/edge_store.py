@@ -8,7 +8,8 @@ Layout under ``path``: ``<collection>/`` is the edge shard (segments + WAL) and
 * No HNSW graph is ever built: a filtered brute-force scan over the tenant/user keyword
   index is fast enough. Payload indexes need no build step; they are maintained on write.
   The engine's optimizer holds the GIL for its whole run, so only `compact` runs it
-  (`memoryd compact`, server stopped: ADR 0602), to move points into memory-mapped segments.
+  (`memoryd compact`, server stopped: ADR 0602), to move points into memory-mapped segments
+  whose dense vectors also have an int8 copy in RAM, rescored with the originals.
 * Thread safety: the shard is internally synchronised, so reads run unlocked; writes go
   through one lock so that `delete_where`'s count and delete see the same data. The
   engine keeps the GIL while it searches (qdrant-edge-py 0.9, measured: a Python loop
@@ -91,6 +92,16 @@ _ALWAYS_EXACT_KB = 1 << 40
 # its pages again): the indexes a search walks. Payloads stay on disk until read
 # (`Memory.Cold`): a search reads those of its hits only (ADR 0602).
 _INDEX_MEMORY = qe.Memory.Cached
+# A compacted segment also keeps its dense vectors in int8, in RAM (0.4 KB a memory): a
+# user's first search scans those instead of paging the originals in, then reads the
+# originals of its best `_OVERSAMPLING` x limit candidates only, to score them exactly
+# (ADR 0602). An appendable segment is never quantized: the search parameters do nothing
+# there.
+_QUANTIZED = qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=0.99, memory=qe.Memory.Pinned)
+_OVERSAMPLING = 2.0
+_RESCORED = qe.SearchParams(
+    quantization=qe.QuantizationSearchParams(rescore=True, oversampling=_OVERSAMPLING)
+)
 # `compact` rebuilds every segment holding a vector (1 KB) and every one with a point
 # replaced or deleted since: those still count in a compacted segment's keyword statistics.
 _COMPACTING: dict[str, Any] = {
@@ -137,7 +148,10 @@ class EdgeVectorStore:
                 # 200k points: RSS 228 MB after open instead of 544 MB (ADR 0600). A segment
                 # keeps the placement it was created with (stores written before: read in).
                 DENSE_VECTOR: qe.EdgeVectorParams(
-                    size=self._dim, distance=qe.Distance.Cosine, memory=qe.Memory.Cold
+                    size=self._dim,
+                    distance=qe.Distance.Cosine,
+                    memory=qe.Memory.Cold,
+                    quantization_config=_QUANTIZED,
                 )
             },
             sparse_vectors={
@@ -470,7 +484,9 @@ class EdgeVectorStore:
             request = qe.QueryRequest(
                 limit=limit,
                 prefetches=[
-                    qe.Prefetch(limit=per_source, query=_dense_query(dense_query)),
+                    qe.Prefetch(
+                        limit=per_source, query=_dense_query(dense_query), params=_RESCORED
+                    ),
                     qe.Prefetch(limit=per_source, query=_sparse_query(sparse)),
                 ],
                 # The stub's ScoringQueryType names `Fusion`, not its member class `Fusion.Rrf`.
@@ -495,6 +511,7 @@ class EdgeVectorStore:
             request = qe.QueryRequest(
                 limit=limit,
                 query=single,
+                params=_RESCORED if dense_query is not None else None,
                 filter=edge_filter,
                 with_payload=with_payload,
                 with_vector=with_vector,
