@@ -1,13 +1,18 @@
 """`compact` (ADR 0602) moves an embedded store's points into memory-mapped segments and
 changes no answer: a compacted store answers every call as its twin that was never
-compacted, before and after further writes and across a reopen. `memoryd compact` runs it
-with the server stopped."""
+compacted, before and after further writes and across a reopen; killed half-way it leaves
+the store as it was. `memoryd compact` runs it with the server stopped."""
 
 from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -373,6 +378,62 @@ def test_memoryd_compact_rebuilds_a_stopped_servers_store(
         store.close()
     assert run_compact(tmp_path, monkeypatch) == 0
     assert "already compact" in capsys.readouterr().out
+
+
+def test_a_compaction_killed_while_it_builds_leaves_the_store_as_it_was(
+    tmp_path: Path,
+) -> None:
+    dim, count = 64, 20_000  # its segment takes ~0.5 s to build: time to see it and kill
+    rng = random.Random(23)
+    store = EdgeVectorStore(tmp_path / "vectors", dim=dim)
+    users = [("acme", "alice"), ("acme", "bob")]
+    batch = []
+    for n in range(count):
+        tenant, user = users[n % 2]
+        batch.append(
+            VectorPoint(
+                id=pid(n),
+                dense=[rng.uniform(-1, 1) for _ in range(dim)],
+                payload={"tenant": tenant, "user_id": user, "created_at": float(n)},
+            )
+        )
+    for start in range(0, count, 5_000):
+        store.upsert(batch[start : start + 5_000])
+    store.write_meta({"dim": dim})
+    query = [rng.uniform(-1, 1) for _ in range(dim)]
+
+    def state(s: EdgeVectorStore) -> tuple[int, list[tuple[str, float]]]:
+        return s.count(owner(*users[0])), hits(s.search(owner(*users[0]), dense=query, limit=10))
+
+    before = state(store)
+    store.close()
+
+    building = tmp_path / "vectors" / "memories" / "temp_segments"
+    env = {**os.environ, "MEMORYD_DATA_DIR": str(tmp_path)}
+    compact = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from memoryd.cli.main import main; raise SystemExit(main(['compact']))",
+        ],
+        env=env,
+    )
+    try:
+        while compact.poll() is None and not any(building.glob("segment_builder_*")):
+            time.sleep(0.002)
+        assert compact.poll() is None, "the compaction ended before its segment was seen building"
+        compact.send_signal(signal.SIGKILL)
+    finally:
+        compact.wait()
+
+    store = EdgeVectorStore(tmp_path / "vectors", dim=dim)
+    try:
+        assert store.count() == count
+        assert state(store) == before
+        assert store.compact() is True  # and a compaction afterwards runs to its end
+        assert state(store) == before
+    finally:
+        store.close()
 
 
 def test_memoryd_compact_is_refused_while_a_server_holds_the_directory(
