@@ -397,16 +397,18 @@ def test_a_compaction_killed_while_it_builds_leaves_the_store_as_it_was(
                 payload={"tenant": tenant, "user_id": user, "created_at": float(n)},
             )
         )
-    for start in range(0, count, 5_000):
-        store.upsert(batch[start : start + 5_000])
-    store.write_meta({"dim": dim})
     query = [rng.uniform(-1, 1) for _ in range(dim)]
 
     def state(s: EdgeVectorStore) -> tuple[int, list[tuple[str, float]]]:
         return s.count(owner(*users[0])), hits(s.search(owner(*users[0]), dense=query, limit=10))
 
-    before = state(store)
-    store.close()
+    try:
+        for start in range(0, count, 5_000):
+            store.upsert(batch[start : start + 5_000])
+        store.write_meta({"dim": dim})
+        before = state(store)
+    finally:
+        store.close()
 
     building = tmp_path / "vectors" / "memories" / "temp_segments"
     env = {**os.environ, "MEMORYD_DATA_DIR": str(tmp_path)}
