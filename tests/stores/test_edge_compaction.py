@@ -387,17 +387,15 @@ def test_a_compaction_killed_while_it_builds_leaves_the_store_as_it_was(
     rng = random.Random(23)
     store = EdgeVectorStore(tmp_path / "vectors", dim=dim)
     users = [("acme", "alice"), ("acme", "bob")]
-    batch = []
-    for n in range(count):
-        tenant, user = users[n % 2]
-        batch.append(
-            VectorPoint(
-                id=pid(n),
-                dense=[rng.uniform(-1, 1) for _ in range(dim)],
-                payload={"tenant": tenant, "user_id": user, "created_at": float(n)},
-            )
+    batch = [
+        VectorPoint(
+            id=pid(n),
+            dense=vector,
+            payload={"tenant": users[n % 2][0], "user_id": users[n % 2][1], "created_at": float(n)},
         )
-    query = [rng.uniform(-1, 1) for _ in range(dim)]
+        for n, vector in enumerate(unit_vectors(rng, count, dim))
+    ]
+    [query] = unit_vectors(rng, 1, dim)
 
     def state(s: EdgeVectorStore) -> tuple[int, list[tuple[str, float]]]:
         return s.count(owner(*users[0])), hits(s.search(owner(*users[0]), dense=query, limit=10))
