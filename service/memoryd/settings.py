@@ -168,10 +168,12 @@ class QdrantSettings(_Block):
 
 
 class EmbedderSettings(_Block):
-    provider: Literal["minilm-onnx", "minilm", "openai"] = Field(
+    provider: Literal["minilm-onnx", "minilm", "mpnet", "openai"] = Field(
         "minilm-onnx",
         description="minilm-onnx: local MiniLM on ONNX Runtime; minilm: the same model on "
-        "torch (the same vector space); openai: an OpenAI-compatible API",
+        "torch (the same vector space); mpnet: local all-mpnet-base-v2 on torch (better "
+        "recall, 10-20x the CPU per text, a space of its own; pair with retrieval.min_score "
+        "0.32: ADR 0302); openai: an OpenAI-compatible API",
     )
     threads: int = Field(
         1, ge=1, description="Intra-op threads of the local model (ONNX Runtime or torch)"
@@ -187,7 +189,8 @@ class EmbedderSettings(_Block):
     model_cache_dir: Path | None = Field(
         None,
         description="minilm-onnx: where the derived int8 graph is kept (default <data_dir>/models, "
-        "after looking in the user's cache that `memoryd prepare-embedder` fills)",
+        "after looking in the user's cache that `memoryd prepare-embedder` fills); mpnet: "
+        "where its weights are assembled (default the user's cache)",
     )
     batch_max_size: int = Field(
         64, ge=1, le=2048, description="Most texts of concurrent requests embedded in one call"

