@@ -173,7 +173,8 @@ class EmbedderSettings(_Block):
         description="minilm-onnx: local MiniLM on ONNX Runtime; minilm: the same model on "
         "torch (the same vector space); mpnet: local all-mpnet-base-v2 on torch (better "
         "recall, 10-20x the CPU per text, a space of its own; pair with retrieval.min_score "
-        "0.32: ADR 0302); openai: an OpenAI-compatible API",
+        "0.32 and retrieval.fusion_keyword_weight 0.4: ADR 0302); openai: an "
+        "OpenAI-compatible API",
     )
     threads: int = Field(
         1, ge=1, description="Intra-op threads of the local model (ONNX Runtime or torch)"
