@@ -3,10 +3,10 @@
     PYTHONPATH=service .venv/bin/python benchmarks/embedder_speed.py --threads 1,2
 
 For each runtime (torch, ONNX float, ONNX static int8 ``onnx-int8s``, ONNX dynamic int8
-``onnx-int8``; ``mpnet``, the other model, on torch: ``--runtimes onnx-int8s,mpnet``) and
-intra-op thread count: texts per second when embedding 64 texts per call
-(as the batcher sends them) and one text per call, and the latency of one short query
-alone (p50/p99). Rounds interleave the configurations, so a change in the
+``onnx-int8``; the other model, ``mpnet-onnx`` and ``mpnet`` on torch: ``--runtimes
+onnx-int8s,mpnet-onnx,mpnet``) and intra-op thread count: texts per second when embedding
+64 texts per call (as the batcher sends them) and one text per call, and the latency of
+one short query alone (p50/p99). Rounds interleave the configurations, so a change in the
 machine's load hits all of them alike; the load average is printed with the results.
 """
 
@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from load import fact, question
-from memoryd.stores.embeddings import MiniLMEmbedder, MiniLMOnnxEmbedder, MPNetEmbedder
+from memoryd.stores.embeddings import (
+    MiniLMEmbedder,
+    MiniLMOnnxEmbedder,
+    MPNetEmbedder,
+    MPNetOnnxEmbedder,
+)
 from memoryd.stores.embeddings.port import Embedder
 
 TORCH = ("torch", "mpnet")
@@ -32,6 +37,8 @@ def make(runtime: str, threads: int) -> Embedder:
         return MiniLMEmbedder(threads=threads)
     if runtime == "mpnet":
         return MPNetEmbedder(threads=threads)
+    if runtime == "mpnet-onnx":
+        return MPNetOnnxEmbedder(threads)
     if runtime == "onnx-float":
         return MiniLMOnnxEmbedder(threads, quantized=False)
     return MiniLMOnnxEmbedder(

@@ -158,8 +158,11 @@ def build_batcher(settings: Settings, embedder: Embedder) -> EmbeddingBatcher:
     # A remote API hides its round trips best with a few calls in flight, started at once.
     # A local model takes a core per call: a second call starts only for a backlog (Adds
     # outrunning one core), not for each query of a trickle, whose batch of one would take
-    # a core from the event loop (ADR 0301). The torch model runs one call at a time anyway.
-    concurrency, backlog = {"openai": (4, 1), "minilm-onnx": (2, 16)}.get(cfg.provider, (1, 1))
+    # a core from the event loop (ADR 0301). The torch models run one call at a time anyway.
+    onnx = (2, 16)
+    concurrency, backlog = {"openai": (4, 1), "minilm-onnx": onnx, "mpnet-onnx": onnx}.get(
+        cfg.provider, (1, 1)
+    )
     return EmbeddingBatcher(
         embedder,
         max_batch=cfg.batch_max_size,

@@ -168,12 +168,13 @@ class QdrantSettings(_Block):
 
 
 class EmbedderSettings(_Block):
-    provider: Literal["minilm-onnx", "minilm", "mpnet", "openai"] = Field(
+    provider: Literal["minilm-onnx", "minilm", "mpnet-onnx", "mpnet", "openai"] = Field(
         "minilm-onnx",
         description="minilm-onnx: local MiniLM on ONNX Runtime; minilm: the same model on "
-        "torch (the same vector space); mpnet: local all-mpnet-base-v2 on torch (better "
-        "recall, 10-20x the CPU per text, a space of its own; pair with retrieval.min_score "
-        "0.32 and retrieval.fusion_keyword_weight 0.4: ADR 0302); openai: an "
+        "torch (the same vector space); mpnet-onnx: local all-mpnet-base-v2 on ONNX Runtime "
+        "(better recall, ~9x the CPU per query, a space of its own; pair with "
+        "retrieval.min_score 0.32 and retrieval.fusion_keyword_weight 0.4: ADR 0302); "
+        "mpnet: the same model on torch (the same vectors, slower); openai: an "
         "OpenAI-compatible API",
     )
     threads: int = Field(
@@ -190,8 +191,9 @@ class EmbedderSettings(_Block):
     model_cache_dir: Path | None = Field(
         None,
         description="minilm-onnx: where the derived int8 graph is kept (default <data_dir>/models, "
-        "after looking in the user's cache that `memoryd prepare-embedder` fills); mpnet: "
-        "where its weights are assembled (default the user's cache)",
+        "after looking in the user's cache that `memoryd prepare-embedder` fills); mpnet, "
+        "mpnet-onnx: where its weights are assembled and its graph exported (default the "
+        "user's cache)",
     )
     batch_max_size: int = Field(
         64, ge=1, le=2048, description="Most texts of concurrent requests embedded in one call"
@@ -206,14 +208,14 @@ class EmbedderSettings(_Block):
     batch_concurrency: int | None = Field(
         None,
         ge=1,
-        description="Embedding calls in flight at once (default: 2 minilm-onnx, 1 minilm, "
-        "4 openai)",
+        description="Embedding calls in flight at once (default: 2 minilm-onnx and mpnet-onnx, 4 "
+        "openai, 1 otherwise)",
     )
     batch_parallel_backlog: int | None = Field(
         None,
         ge=1,
         description="Texts that must wait before a further call starts beside a running one "
-        "(default: 16 minilm-onnx, 1 otherwise); fewer join the next batch",
+        "(default: 16 minilm-onnx and mpnet-onnx, 1 otherwise); fewer join the next batch",
     )
     openai_api_key: str | None = Field(None, description="API key of the embeddings API")
     openai_base_url: str | None = Field(None, description="Any OpenAI-compatible endpoint")

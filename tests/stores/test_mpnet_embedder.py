@@ -1,5 +1,6 @@
-"""The MPNet embedder (embedder.provider=mpnet): weights assembled from the pinned packages,
-checked, and served through gRPC as a 768-dimension space of its own (ADR 0302)."""
+"""The MPNet embedders (embedder.provider=mpnet-onnx, mpnet): weights assembled from the
+pinned packages and checked, a graph exported from them, the same vectors on both
+runtimes, served through gRPC as a 768-dimension space of its own (ADR 0302)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from memoryd.stores.embeddings._files import sha256_of
 from memoryd.stores.embeddings.mpnet import (
     WEIGHTS_SHA256,
     MPNetEmbedder,
+    MPNetOnnxEmbedder,
     assembled_model_path,
+    exported_graph,
 )
 from memoryd.v1 import memory_pb2 as pb
 from tests.conftest import ServerFactory
@@ -36,6 +39,13 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def mpnet(cache: Path) -> MPNetEmbedder:
     embedder = MPNetEmbedder(batch_size=8, threads=1, cache_dir=cache)
+    embedder.warm()
+    return embedder
+
+
+@pytest.fixture(scope="module")
+def mpnet_onnx(cache: Path, mpnet: MPNetEmbedder) -> MPNetOnnxEmbedder:
+    embedder = MPNetOnnxEmbedder(1, cache_dir=cache)
     embedder.warm()
     return embedder
 
@@ -95,10 +105,31 @@ def test_parts_that_do_not_join_to_the_pinned_zip_are_refused(
     assert list(cache.iterdir()) == []  # nothing half-made is left to be found later
 
 
-async def test_serves_add_and_retrieve_through_grpc(
-    start_server: ServerFactory, mpnet: MPNetEmbedder
+def test_the_onnx_runtime_gives_the_torch_models_vectors(
+    mpnet: MPNetEmbedder, mpnet_onnx: MPNetOnnxEmbedder
 ) -> None:
-    server = await start_server(model=CachedEmbedder(mpnet))
+    assert (mpnet_onnx.name, mpnet_onnx.dim) == (mpnet.name, mpnet.dim)
+    assert mpnet_onnx.variant == "onnx-float"
+    texts = ["User enjoys skiing", "", "a turn cut at the model's 384 tokens " * 60, "ok"]
+    for got, want in zip(mpnet_onnx.embed(texts), mpnet.embed(texts), strict=True):
+        assert cosine(got, want) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_the_exported_graph_is_kept_with_its_checksum_and_reused(
+    mpnet_onnx: MPNetOnnxEmbedder, cache: Path
+) -> None:
+    graph = exported_graph(cache)
+    assert graph.parent == assembled_model_path(cache).parent
+    assert graph.with_suffix(".sha256").read_text().strip() == sha256_of(graph)
+    modified = graph.stat().st_mtime_ns
+    assert exported_graph(cache) == graph
+    assert graph.stat().st_mtime_ns == modified
+
+
+async def test_serves_add_and_retrieve_through_grpc(
+    start_server: ServerFactory, mpnet_onnx: MPNetOnnxEmbedder
+) -> None:
+    server = await start_server(model=CachedEmbedder(mpnet_onnx))
     assert server.app.vectors.dim == 768
     for text in ("Caroline adopted a puppy named Biscuit", "Melanie ran a half marathon"):
         await server.stub.Add(pb.AddRequest(scope=scope("u"), tier=pb.TIER_LONG_TERM, content=text))

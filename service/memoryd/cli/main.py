@@ -58,8 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "prepare-embedder",
         help="load the configured embedder once (derives the int8 ONNX graph, or assembles "
-        "MPNet's weights, into the user's cache, where every data directory finds it; run at "
-        "install)",
+        "MPNet's weights and exports its graph, into the user's cache, where every data "
+        "directory finds it; run at install)",
     )
     backing_up = commands.add_parser(
         "backup",

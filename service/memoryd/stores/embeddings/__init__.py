@@ -1,5 +1,5 @@
 """Embeddings: the ``Embedder`` port and its adapters (local MiniLM on ONNX Runtime or on
-torch, local MPNet on torch, OpenAI-compatible API) plus a caching decorator.
+torch, local MPNet on either, OpenAI-compatible API) plus a caching decorator.
 
 `ADAPTERS` names every adapter; the settings choose one (`embedder.provider`). Adapters
 are imported lazily (in the factories, and PEP 562 for the names below) so that importing
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from memoryd.stores.embeddings.cache import CachedEmbedder
     from memoryd.stores.embeddings.minilm import MiniLMEmbedder
     from memoryd.stores.embeddings.minilm_onnx import MiniLMOnnxEmbedder
-    from memoryd.stores.embeddings.mpnet import MPNetEmbedder
+    from memoryd.stores.embeddings.mpnet import MPNetEmbedder, MPNetOnnxEmbedder
     from memoryd.stores.embeddings.openai_embedder import OpenAIEmbedder
     from memoryd.stores.embeddings.port import CacheStats
 
@@ -32,6 +32,7 @@ __all__ = [
     "Embedder",
     "EmbedderUnavailable",
     "MPNetEmbedder",
+    "MPNetOnnxEmbedder",
     "MiniLMEmbedder",
     "MiniLMOnnxEmbedder",
     "OpenAIEmbedder",
@@ -86,8 +87,15 @@ def _mpnet(settings: Settings) -> Embedder:
 
     cfg = settings.embedder
     # The user's cache by default, as `memoryd prepare-embedder` fills it: the weights are
-    # the same for every data directory (unlike MiniLM's graph, nothing is derived).
+    # the same for every data directory.
     return MPNetEmbedder(threads=cfg.threads, cache_dir=cfg.model_cache_dir)
+
+
+def _mpnet_onnx(settings: Settings) -> Embedder:
+    from memoryd.stores.embeddings.mpnet import MPNetOnnxEmbedder
+
+    cfg = settings.embedder
+    return MPNetOnnxEmbedder(cfg.threads, cache_dir=cfg.model_cache_dir)
 
 
 def _openai(settings: Settings) -> Embedder:
@@ -107,6 +115,7 @@ ADAPTERS: dict[str, EmbedderFactory] = {
     "minilm-onnx": _minilm_onnx,
     "minilm": _minilm,
     "mpnet": _mpnet,
+    "mpnet-onnx": _mpnet_onnx,
     "openai": _openai,
 }
 
@@ -123,6 +132,7 @@ _LAZY = MappingProxyType(
         "MiniLMEmbedder": "memoryd.stores.embeddings.minilm",
         "MiniLMOnnxEmbedder": "memoryd.stores.embeddings.minilm_onnx",
         "MPNetEmbedder": "memoryd.stores.embeddings.mpnet",
+        "MPNetOnnxEmbedder": "memoryd.stores.embeddings.mpnet",
         "OpenAIEmbedder": "memoryd.stores.embeddings.openai_embedder",
     }
 )

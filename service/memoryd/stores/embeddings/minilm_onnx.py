@@ -28,9 +28,9 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from memoryd.stores.embeddings._files import default_cache_dir, sha256_of
+from memoryd.stores.embeddings._files import default_cache_dir, matches_its_checksum, sha256_of
 from memoryd.stores.embeddings.minilm import MINILM_DIM, MINILM_NAME, bundled_model_path
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def prepare_quantized(
     stem = "minilm-l6-int8s" if quantization == "static" else "minilm-l6-int8"
     target = folder / f"{stem}-{key}.onnx"
     for candidate in (target, *(d / target.name for d in shared)):
-        if _checked(candidate):
+        if matches_its_checksum(candidate):
             return candidate
     checksum = target.with_suffix(".sha256")
     folder.mkdir(parents=True, exist_ok=True)
@@ -139,18 +139,6 @@ def prepare_quantized(
         os.replace(staged, target)
         os.replace(staged_sum, checksum)
     return target
-
-
-def _checked(graph: Path) -> bool:
-    """Whether `graph` is there and matches the sha256 kept beside it (a damaged or
-    altered file is derived again)."""
-    checksum = graph.with_suffix(".sha256")
-    if not (graph.is_file() and checksum.is_file()):
-        return False
-    if sha256_of(graph) == checksum.read_text().strip():
-        return True
-    _log.warning("%s does not match its checksum; not using it", graph)
-    return False
 
 
 def _fold(source: Path, workdir: Path) -> Path:
@@ -328,7 +316,14 @@ class MiniLMOnnxEmbedder:
     nothing and the threads fight other processes for the cores. ONNX Runtime sessions are
     safe to run from several threads; a lock still serialises runs so that ``threads``
     bounds the cores used for embedding.
+
+    Another sentence-transformers model exported to ONNX is a subclass that names its space
+    (``NAME``, ``DIM``), its graph (``_graph_path``) and tokenizer (``_new_tokenizer``),
+    as ``MPNetOnnxEmbedder`` does; pooling and batching are the same.
     """
+
+    NAME: ClassVar[str] = MINILM_NAME
+    DIM: ClassVar[int] = MINILM_DIM
 
     def __init__(
         self,
@@ -358,7 +353,7 @@ class MiniLMOnnxEmbedder:
 
     @property
     def name(self) -> str:
-        return MINILM_NAME
+        return self.NAME
 
     @property
     def variant(self) -> str:
@@ -374,7 +369,7 @@ class MiniLMOnnxEmbedder:
 
     @property
     def dim(self) -> int:
-        return MINILM_DIM
+        return self.DIM
 
     def warm(self) -> None:
         self.embed(["warm-up"])
@@ -388,7 +383,7 @@ class MiniLMOnnxEmbedder:
         # thread-safe, so the batcher's concurrent calls use a core each.
         with self._lock:
             session, tokenizer = self._load_locked()
-        out = np.empty((len(texts), MINILM_DIM), dtype=np.float32)
+        out = np.empty((len(texts), self.DIM), dtype=np.float32)
         if not self.batches:
             # One text per run: dynamic quantization scales activations by the whole
             # input tensor, so in a batch a text's vector would depend on its
@@ -413,9 +408,10 @@ class MiniLMOnnxEmbedder:
         encodings = tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        wanted = {i.name for i in session.get_inputs()}  # MPNet's graph has no token types
         (hidden,) = session.run(
-            ["last_hidden_state"],
-            {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+            ["last_hidden_state"], {k: v for k, v in feeds.items() if k in wanted}
         )
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
@@ -427,12 +423,7 @@ class MiniLMOnnxEmbedder:
             return self._session, self._tokenizer
         import onnxruntime
 
-        if self._quantized:
-            path = prepare_quantized(
-                self._cache_dir, self._model_path, self._quantization, self._shared
-            )
-        else:
-            path = verified_source(self._model_path)
+        path = self._graph_path()
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = self._threads
         options.inter_op_num_threads = 1
@@ -443,6 +434,17 @@ class MiniLMOnnxEmbedder:
         session = onnxruntime.InferenceSession(
             str(path), options, providers=["CPUExecutionProvider"]
         )
-        tokenizer = _load_tokenizer(self._tokenizer_path)
+        tokenizer = self._new_tokenizer()
         self._session, self._tokenizer = session, tokenizer
         return session, tokenizer
+
+    def _graph_path(self) -> Path:
+        """The checked graph to run, derived first when quantized."""
+        if self._quantized:
+            return prepare_quantized(
+                self._cache_dir, self._model_path, self._quantization, self._shared
+            )
+        return verified_source(self._model_path)
+
+    def _new_tokenizer(self) -> Tokenizer:
+        return _load_tokenizer(self._tokenizer_path)
