@@ -1,4 +1,5 @@
-"""Files the local embedders derive or assemble once and keep: where, and how checked."""
+"""Files the local embedders derive or assemble once and keep: where, how checked, and
+that the Hugging Face libraries reading them never reach for the network."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-__all__ = ["default_cache_dir", "matches_its_checksum", "sha256_of"]
+__all__ = ["default_cache_dir", "hub_offline", "matches_its_checksum", "sha256_of"]
 
 _log = logging.getLogger(__name__)
 
@@ -16,6 +17,15 @@ def default_cache_dir() -> Path:
     """Where derived models are kept: ``$XDG_CACHE_HOME/memoryd/models`` (or ~/.cache)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "memoryd" / "models"
+
+
+def hub_offline() -> None:
+    """Belt and braces: loading by a local path with local_files_only already avoids the
+    hub; these make any stray hub call fail fast instead of hanging on the network. Call
+    before huggingface_hub is first imported (it reads them at import)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
 def sha256_of(path: Path) -> str:

@@ -9,11 +9,12 @@ Face libraries are told to stay offline.
 from __future__ import annotations
 
 import importlib.resources
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
+
+from memoryd.stores.embeddings._files import hub_offline
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -102,12 +103,7 @@ class MiniLMEmbedder:
     def _load_locked(self) -> SentenceTransformer:
         if self._model is not None:
             return self._model
-        # Belt and braces: loading by a local path with local_files_only already avoids the
-        # hub; these make any stray hub call fail fast instead of hanging on the network.
-        # Must be set before huggingface_hub is first imported (it reads them at import).
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+        hub_offline()
         path = self._model_path if self._model_path is not None else self._weights_path()
 
         import torch

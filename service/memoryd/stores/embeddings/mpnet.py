@@ -25,7 +25,12 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memoryd.stores.embeddings._files import default_cache_dir, matches_its_checksum, sha256_of
+from memoryd.stores.embeddings._files import (
+    default_cache_dir,
+    hub_offline,
+    matches_its_checksum,
+    sha256_of,
+)
 from memoryd.stores.embeddings.minilm import MiniLMEmbedder
 from memoryd.stores.embeddings.minilm_onnx import MiniLMOnnxEmbedder
 
@@ -143,11 +148,14 @@ class MPNetEmbedder(MiniLMEmbedder):
 def exported_graph(cache_dir: Path | None = None) -> Path:
     """The model as an ONNX graph (float: the torch model's vectors), beside its assembled
     weights: exported by torch once (~10 s), kept with its sha256, exported again when the
-    file no longer matches. Written to a temporary file and renamed into place."""
-    model = assembled_model_path(cache_dir)
-    target = model.parent / "model.onnx"
-    if matches_its_checksum(target):
+    file no longer matches. Written to a temporary file and renamed into place.
+
+    A graph that matches is used without hashing the weights again: the runtime reads only
+    the graph and the tokenizer file beside it, never the weights."""
+    target = _assembly_dir(cache_dir) / "model.onnx"
+    if matches_its_checksum(target) and (target.parent / _MODEL_DIR / "tokenizer.json").is_file():
         return target
+    model = assembled_model_path(cache_dir)
     _log.info("exporting all-mpnet-base-v2 to ONNX into %s (once)", target)
     with tempfile.TemporaryDirectory(dir=model.parent, prefix=".export-") as tmp:
         staged = Path(tmp) / "model.onnx"
@@ -160,8 +168,7 @@ def exported_graph(cache_dir: Path | None = None) -> Path:
 
 
 def _export(model_dir: Path, target: Path) -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    hub_offline()
     import torch
     from transformers import AutoModel, AutoTokenizer
 
@@ -202,7 +209,7 @@ class MPNetOnnxEmbedder(MiniLMOnnxEmbedder):
     def _new_tokenizer(self) -> Tokenizer:
         from tokenizers import Tokenizer
 
-        # Read after `_graph_path`, which assembled and checked the weights' directory.
+        # Read after `_graph_path`, which made sure the file is there.
         model = _assembly_dir(self._cache_dir) / _MODEL_DIR
         tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))
         tokenizer.enable_truncation(MAX_TOKENS)
