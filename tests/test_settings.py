@@ -45,6 +45,30 @@ def test_a_toml_file_is_read_and_the_environment_wins(
     assert settings.listen == "127.0.0.1:7001"
 
 
+@pytest.mark.parametrize("provider", ["mpnet-onnx", "mpnet"])
+def test_an_mpnet_embedder_brings_the_ranking_tuned_for_it(
+    provider: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MEMORYD_CONFIG", raising=False)
+    monkeypatch.setenv("MEMORYD_EMBEDDER__PROVIDER", provider)
+    retrieval = load_settings().retrieval
+    assert (retrieval.min_score, retrieval.fusion_keyword_weight) == (0.32, 0.4)
+    assert retrieval.diversity == 0.3  # the rest stays the default
+
+
+def test_a_ranking_value_the_operator_sets_wins_over_the_embedders_even_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "memoryd.toml"
+    config.write_text('[embedder]\nprovider = "mpnet-onnx"\n[retrieval]\nmin_score = 0.3\n')
+    monkeypatch.setenv("MEMORYD_CONFIG", str(config))
+    monkeypatch.setenv("MEMORYD_RETRIEVAL__FUSION_KEYWORD_WEIGHT", "0.5")
+    retrieval = load_settings().retrieval
+    assert (retrieval.min_score, retrieval.fusion_keyword_weight) == (0.3, 0.5)
+    minilm = Settings.explicit(retrieval={"diversity": 0.2}).retrieval
+    assert (minilm.min_score, minilm.fusion_keyword_weight) == (0.3, 0.6)
+
+
 def test_a_missing_config_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(InvalidSettings, match="config file not found"):
         load_settings(tmp_path / "nope.toml")

@@ -123,11 +123,11 @@ async def test_4_skiing_preferences_are_skiing_then_slopes(
     assert found.items[0].score > found.items[1].score
 
 
-# Scenarios 5 and 9 as the seed words them fail on either embedder: their long-term memory
-# falls under the relevance floor (min_score 0.3, which the golden set's abstention rests
-# on). Cosines, int8 / torch: "Paris trip planning" ~ "User likes French cuisine" 0.296 /
-# 0.281; "preferences" ~ "User likes skiing" 0.232 / 0.194. Earlier tests passed only with
-# other queries ("what does the user like"). Strict: they fail the suite once they pass.
+# Scenarios 5 and 9 as the seed words them: the long-term memory's own cosine lies under the
+# relevance floor (int8: "Paris trip planning" ~ "User likes French cuisine" 0.296;
+# "preferences" ~ "User likes skiing" 0.232; min_score 0.3). They pass because the query is
+# grounded in the task's working entry (5) and a filtered Retrieve has its own floor, 0 (9):
+# ADR 0405.
 async def test_5_retrieve_from_working_and_long_term_working_first(
     shipped: RunningServer, user_id: str
 ) -> None:
