@@ -90,6 +90,23 @@ async def test_speaker_and_date_metadata_are_searchable(lt: RunningServer, user_
     assert dict(found.items[0].metadata) == {"speaker": "Tomas", "date": "2023-03-04"}
 
 
+async def test_a_transcript_line_names_its_speaker_as_metadata_would(
+    lt: RunningServer, user_id: str
+) -> None:
+    # Conversations are often stored as "Name: text" messages with no speaker metadata; a
+    # question naming the person then prefers that person's turns all the same.
+    turns = ["Priya: I adopted a beagle mix last week!", "Tomas: I adopted a greyhound too."]
+    in_session = scope(user_id, session_id="s1")
+    for text in turns:
+        await lt.stub.Add(
+            pb.AddRequest(scope=in_session, tier=LT, content=text, kind=pb.KIND_MESSAGE)
+        )
+    found = await recall(lt, user_id, "What dog did Tomas adopt?", top_k=2, explain=True)
+    lifted = {i.content: i.explain.lifts.get("speaker (rank)", 0.0) for i in found.items}
+    assert lifted == {turns[1]: pytest.approx(0.1), turns[0]: 0.0}
+    assert found.items[0].content == turns[1]
+
+
 async def test_metadata_filters_exclude_other_categories(lt: RunningServer, user_id: str) -> None:
     await remember(lt, user_id, "User likes skiing", metadata={"category": "sports"})
     await remember(lt, user_id, "User likes coffee", metadata={"category": "food"})

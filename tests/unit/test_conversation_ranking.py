@@ -13,6 +13,7 @@ from memoryd.core.retrieval.conversation import (
     conversation_lift,
     fuse,
     named_speakers,
+    speaker_of,
     spread,
 )
 from memoryd.core.retrieval.mmr import Candidate, diversify
@@ -86,6 +87,18 @@ def test_a_speaker_is_named_by_every_word_of_the_name_in_any_case() -> None:
     assert named_speakers("What breed is priya's dog?", speakers) == {"Priya"}
     assert named_speakers("Did Tomás and Mary Ann meet?", speakers) == {"Tomás", "Mary Ann"}
     assert named_speakers("Did Mary call?", speakers) == set()
+
+
+def test_a_turn_is_said_by_its_metadatas_speaker_else_by_the_name_its_line_begins_with() -> None:
+    assert speaker_of({"speaker": "Priya"}, "Tomás: no, I did", said=True) == "Priya"
+    assert speaker_of({"author": "Ruth"}, "a note", said=False) == "Ruth"
+    assert speaker_of({}, "Tomás: I signed the lease", said=True) == "Tomás"
+    assert speaker_of({}, "Mary Ann O'Neil: hello", said=True) == "Mary Ann O'Neil"
+    # Only a transcript line: a capitalised name of at most three words, then ": ".
+    assert speaker_of({}, "Note: buy milk", said=False) == ""  # a fact, not a turn
+    assert speaker_of({}, "the plan: fly Monday", said=True) == ""
+    assert speaker_of({}, "At the meeting we agreed on it: ship", said=True) == ""
+    assert speaker_of({}, "Priya:no space", said=True) == ""
 
 
 def test_a_turn_is_lifted_by_its_best_neighbour_in_the_same_session_only() -> None:

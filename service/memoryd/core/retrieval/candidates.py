@@ -61,9 +61,8 @@ class CandidatePool:
             terms = self._terms_of(payload)
             matched = sum(w for t, w in self.idf.items() if t in terms)
             metadata = payload.get("metadata") or {}
-            speaker = next(
-                (str(metadata[k]) for k in conversation.SPEAKER_KEYS if metadata.get(k)), ""
-            )
+            content = content_of(payload)
+            said = is_turn(Kind(payload.get("kind") or Kind.UNSPECIFIED.value), metadata)
             member = conversation.Scored(
                 id=point_id,
                 cosine=cosine,
@@ -72,12 +71,12 @@ class CandidatePool:
                     matched, len(terms), bm25.DEFAULT_K1, bm25.DEFAULT_B, bm25.DEFAULT_AVG_DOC_LEN
                 ),
                 share=matched / total_idf if total_idf else 0.0,
-                speaker=speaker,
+                speaker=conversation.speaker_of(metadata, content, said=said),
                 session=str(payload.get("session_id") or ""),
                 position=int(payload.get("position") or 0),
                 occurred_at=float(payload.get("occurred_at") or payload.get("created_at") or 0.0),
-                asks=content_of(payload).rstrip().endswith("?"),
-                said=is_turn(Kind(payload.get("kind") or Kind.UNSPECIFIED.value), metadata),
+                asks=content.rstrip().endswith("?"),
+                said=said,
             )
             self.members[point_id] = member
             self.payloads[point_id] = payload

@@ -94,6 +94,19 @@ def fuse(
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+# A transcript line, "Name: text": one to three capitalised words, then a colon.
+_SPEAKER_PREFIX = re.compile(r"([A-Z][\w'.-]*(?: [A-Z][\w'.-]*){0,2}): ")
+
+
+def speaker_of(metadata: Mapping[str, object], content: str, *, said: bool) -> str:
+    """Who said a memory: its metadata's speaker (`SPEAKER_KEYS`), else, for a turn of a
+    conversation, the name a transcript line begins with ("Priya: I adopted her"), the way
+    chat logs are commonly stored."""
+    named = next((str(metadata[k]) for k in SPEAKER_KEYS if metadata.get(k)), "")
+    if named or not said:
+        return named
+    line = _SPEAKER_PREFIX.match(content)
+    return line.group(1) if line else ""
 
 
 def named_speakers(query: str, speakers: Iterable[str]) -> set[str]:
