@@ -11,6 +11,13 @@ from pydantic import ValidationError
 from memoryd.settings import InvalidSettings, Settings, load_settings
 
 
+def use_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toml: str) -> None:
+    """A config file holding `toml`, named by MEMORYD_CONFIG."""
+    config = tmp_path / "memoryd.toml"
+    config.write_text(toml)
+    monkeypatch.setenv("MEMORYD_CONFIG", str(config))
+
+
 def test_defaults_are_the_embedded_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("MEMORYD_LISTEN", "MEMORYD_REDIS_URL", "MEMORYD_CONFIG"):
         monkeypatch.delenv(name, raising=False)
@@ -36,9 +43,9 @@ def test_environment_variables_with_nested_fields(monkeypatch: pytest.MonkeyPatc
 def test_a_toml_file_is_read_and_the_environment_wins(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = tmp_path / "memoryd.toml"
-    config.write_text('listen = "127.0.0.1:7000"\n[short_term]\nttl_seconds = 60\n')
-    monkeypatch.setenv("MEMORYD_CONFIG", str(config))
+    use_config_file(
+        tmp_path, monkeypatch, 'listen = "127.0.0.1:7000"\n[short_term]\nttl_seconds = 60\n'
+    )
     monkeypatch.setenv("MEMORYD_LISTEN", "127.0.0.1:7001")
     settings = load_settings()
     assert settings.short_term.ttl_seconds == 60
@@ -59,9 +66,9 @@ def test_an_mpnet_embedder_brings_the_ranking_tuned_for_it(
 def test_a_ranking_value_the_operator_sets_wins_over_the_embedders_even_the_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = tmp_path / "memoryd.toml"
-    config.write_text('[embedder]\nprovider = "mpnet-onnx"\n[retrieval]\nmin_score = 0.3\n')
-    monkeypatch.setenv("MEMORYD_CONFIG", str(config))
+    use_config_file(
+        tmp_path, monkeypatch, '[embedder]\nprovider = "mpnet-onnx"\n[retrieval]\nmin_score = 0.3\n'
+    )
     monkeypatch.setenv("MEMORYD_RETRIEVAL__FUSION_KEYWORD_WEIGHT", "0.5")
     retrieval = load_settings().retrieval
     assert (retrieval.min_score, retrieval.fusion_keyword_weight) == (0.3, 0.5)
@@ -234,9 +241,7 @@ def test_a_secret_is_never_shown_in_a_refusal(
 def test_explicit_settings_read_no_environment_and_no_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = tmp_path / "memoryd.toml"
-    config.write_text('listen = "127.0.0.1:7000"\n')
-    monkeypatch.setenv("MEMORYD_CONFIG", str(config))
+    use_config_file(tmp_path, monkeypatch, 'listen = "127.0.0.1:7000"\n')
     monkeypatch.setenv("MEMORYD_LISTEN", "127.0.0.1:7001")
     monkeypatch.setenv("MEMORYD_WORKING__MAX_ENTRIES", "7")
     settings = Settings.explicit(data_dir=tmp_path)
