@@ -94,9 +94,13 @@ def test_a_turn_is_said_by_its_metadatas_speaker_else_by_the_name_its_line_begin
     assert speaker_of({"author": "Ruth"}, "a note", said=False) == "Ruth"
     assert speaker_of({}, "Tomás: I signed the lease", said=True) == "Tomás"
     assert speaker_of({}, "Mary Ann O'Neil: hello", said=True) == "Mary Ann O'Neil"
+    assert speaker_of({}, "José María: hola", said=True) == "José María"
+    assert speaker_of({}, "Émile: salut", said=True) == "Émile"
     # Only a transcript line: a capitalised name of at most three words, then ": ".
     assert speaker_of({}, "Note: buy milk", said=False) == ""  # a fact, not a turn
     assert speaker_of({}, "the plan: fly Monday", said=True) == ""
+    assert speaker_of({}, "Plan for today: fly", said=True) == ""
+    assert speaker_of({}, "ésta: no", said=True) == ""
     assert speaker_of({}, "At the meeting we agreed on it: ship", said=True) == ""
     assert speaker_of({}, "Priya:no space", said=True) == ""
 

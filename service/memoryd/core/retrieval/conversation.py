@@ -94,8 +94,9 @@ def fuse(
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-# A transcript line, "Name: text": one to three capitalised words, then a colon.
-_SPEAKER_PREFIX = re.compile(r"([A-Z][\w'.-]*(?: [A-Z][\w'.-]*){0,2}): ")
+# A transcript line, "Name: text": one to three words (capitalised: checked after the
+# match, in any script), then a colon and a space.
+_SPEAKER_PREFIX = re.compile(r"([^\W\d_][\w'.-]*(?: [^\W\d_][\w'.-]*){0,2}): ")
 
 
 def speaker_of(metadata: Mapping[str, object], content: str, *, said: bool) -> str:
@@ -106,7 +107,9 @@ def speaker_of(metadata: Mapping[str, object], content: str, *, said: bool) -> s
     if named or not said:
         return named
     line = _SPEAKER_PREFIX.match(content)
-    return line.group(1) if line else ""
+    if line is None or not all(word[0].isupper() for word in line.group(1).split(" ")):
+        return ""
+    return line.group(1)
 
 
 def named_speakers(query: str, speakers: Iterable[str]) -> set[str]:
