@@ -304,7 +304,7 @@ class RetrievalSettings(_Block):
         "to the turn after it in its session, which holds the answer (0: off)",
     )
     speaker_lift: float = Field(
-        0.1,
+        0.2,
         ge=0,
         le=1,
         description="Ranking: added to turns said by a speaker the query names (0: off)",

@@ -12,6 +12,7 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from memoryd.settings import RetrievalSettings
 from memoryd.stores.vectors.port import Filter, MatchValue
 from memoryd.v1 import memory_pb2 as pb
 from tests.conftest import RunningServer, ServerFactory
@@ -103,7 +104,7 @@ async def test_a_transcript_line_names_its_speaker_as_metadata_would(
         )
     found = await recall(lt, user_id, "What dog did Tomas adopt?", top_k=2, explain=True)
     lifted = {i.content: i.explain.lifts.get("speaker (rank)", 0.0) for i in found.items}
-    assert lifted == {turns[1]: pytest.approx(0.1), turns[0]: 0.0}
+    assert lifted == {turns[1]: pytest.approx(RetrievalSettings().speaker_lift), turns[0]: 0.0}
     assert found.items[0].content == turns[1]
 
 
