@@ -19,7 +19,7 @@ import numpy as np
 
 from memoryd.app import build_embedder
 from memoryd.settings import Settings
-from run_recall import SETS, half_of, load_set
+from run_recall import SETS, half_of, load_set, turn_content
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
                 half = half_of(set_name, conversation["id"])
                 turns = [t for s in conversation["sessions"] for t in s["turns"]]
                 ids = [t["id"] for t in turns]
-                texts = [f"{t['speaker']}: {t['text']}" for t in turns]
+                texts = [turn_content(t) for t in turns]
                 vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
                 questions = conversation["questions"]
                 asked = np.asarray(embedder.embed([q["q"] for q in questions]), np.float32)

@@ -97,6 +97,11 @@ def load_set(name: str, halves: Sequence[str]) -> list[dict[str, Any]]:
     return [c for c in conversations if c["id"] in wanted]
 
 
+def turn_content(turn: dict[str, Any]) -> str:
+    """A turn as the held-out protocol adds it: ``"Speaker: text"``, no speaker metadata."""
+    return f"{turn['speaker']}: {turn['text']}"
+
+
 def half_of(set_name: str, conversation: str) -> str:
     return next(h for h, ids in SETS[set_name][1].items() if conversation in ids)
 
@@ -124,7 +129,7 @@ async def run(
                     scope = pb.Scope(user_id=user, session_id=f"s{session['session']}")
                     at = datetime.strptime(session["date"], "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
                     for n, turn in enumerate(session["turns"]):
-                        content = f"{turn['speaker']}: {turn['text']}"
+                        content = turn_content(turn)
                         request = pb.AddRequest(
                             scope=scope,
                             tier=pb.TIER_LONG_TERM,

@@ -44,7 +44,7 @@ LONG_FILES = (
     "tests/service/test_tenant_isolation_qdrant.py",  # ~55 s
     "tests/service/test_faults.py",  # ~50 s
     "tests/clients/test_mcp_server.py",  # ~25 s
-    "tests/stores/test_mpnet_embedder.py",  # ~25 s
+    "tests/stores/test_mpnet_embedder.py",  # ~40 s
     "tests/stores/test_term_counts_through_writes.py",  # ~20 s
     "tests/service/test_crash_recovery.py",  # ~18 s
 )
