@@ -7,6 +7,7 @@ import asyncio
 import io
 import json
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -231,6 +232,26 @@ async def test_the_write_behind_backlog_and_its_oldest_age_are_reported(
     m = await metrics_of(s)
     assert m.value("memoryd_queue_backlog", queue="write_behind") == 0
     assert m.value("memoryd_queue_oldest_age_seconds", queue="write_behind") == 0
+
+
+async def test_a_stopped_server_closes_its_metrics_port(start_server: ServerFactory) -> None:
+    s = await start_server()
+    port = s.server.metrics_port
+    assert (await scrape(port)).text  # serving
+    await s.server.stop(grace_s=0)
+
+    def refused() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except ConnectionRefusedError:
+            return True
+        return False
+
+    for _ in range(200):  # a bound against hanging: the port closes, soon or late
+        if refused():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the metrics port {port} still accepts connections")
 
 
 async def test_an_empty_metrics_listen_serves_no_metrics(start_server: ServerFactory) -> None:
