@@ -14,12 +14,10 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 
-from memoryd.app import App, build_app
+from memoryd.app import App, build_app, build_embedder
 from memoryd.core.retrieval.token_budget import TokenCounter
 from memoryd.settings import MetricsSettings, Settings
 from memoryd.stores import hot
-from memoryd.stores.embeddings.cache import CachedEmbedder
-from memoryd.stores.embeddings.minilm import MiniLMEmbedder
 from memoryd.stores.embeddings.port import Embedder
 from memoryd.stores.hot.port import HotStore
 from memoryd.telemetry import Telemetry
@@ -161,10 +159,10 @@ def counter() -> TokenCounter:
 
 
 @pytest.fixture(scope="session")
-def embedder() -> Embedder:
-    """The real offline MiniLM model on torch (the pinned reference; the default ONNX
-    runtime has its own parity tests and runs the evals), loaded once for the whole run."""
-    model = CachedEmbedder(MiniLMEmbedder())
+def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
+    """The embedder a server builds from default settings (MiniLM, int8 on ONNX Runtime:
+    what ships), loaded once for the whole run."""
+    model = build_embedder(Settings(data_dir=tmp_path_factory.mktemp("embedder")))
     model.warm()
     return model
 

@@ -1,7 +1,7 @@
 """RF-003 (add and retrieve memory), scenarios 1 to 10, through gRPC on the shipped defaults.
 
 Every server here embeds with what `memoryd serve` builds from default settings (the static
-int8 MiniLM on ONNX Runtime, ADR 0301), not with the suite's torch reference model: the
+int8 MiniLM on ONNX Runtime, ADR 0301), as every test server does (tests/conftest.py): the
 seed is a promise about the product as shipped, and scenario 4's ordering depends on the
 model (issue 29). The seed's latency bounds (< 1 ms, < 10 ms, < 100 ms ...) are measured by
 the benchmarks (benchmarks/README.md), not asserted here: no timed assertions.
@@ -15,8 +15,6 @@ import grpc
 import pytest
 import redis.asyncio as aioredis
 
-from memoryd.app import build_embedder
-from memoryd.settings import Settings
 from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.minilm_onnx import MiniLMOnnxEmbedder
 from memoryd.stores.embeddings.port import Embedder
@@ -37,24 +35,14 @@ SKI_MEMORIES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def shipped_embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
-    """The embedder a server builds from default settings, loaded once for this module."""
-    settings = Settings(listen="127.0.0.1:0", data_dir=tmp_path_factory.mktemp("seed"))
-    model = build_embedder(settings)
-    assert isinstance(model, CachedEmbedder)
-    model.warm()
-    return model
-
-
 @pytest.fixture
-async def shipped(start_server: ServerFactory, shipped_embedder: Embedder) -> RunningServer:
-    return await start_server(model=shipped_embedder)
+async def shipped(start_server: ServerFactory) -> RunningServer:
+    return await start_server()
 
 
-def test_the_shipped_embedder_is_the_int8_onnx_minilm(shipped_embedder: Embedder) -> None:
-    assert isinstance(shipped_embedder, CachedEmbedder)
-    inner = shipped_embedder.inner
+def test_the_shipped_embedder_is_the_int8_onnx_minilm(embedder: Embedder) -> None:
+    assert isinstance(embedder, CachedEmbedder)
+    inner = embedder.inner
     assert isinstance(inner, MiniLMOnnxEmbedder) and inner.variant == "onnx-int8s"
 
 
@@ -74,11 +62,10 @@ async def test_1_add_working_memory(shipped: RunningServer) -> None:
 
 async def test_2_add_short_term_memory_with_a_one_hour_ttl_in_redis(
     start_server: ServerFactory,
-    shipped_embedder: Embedder,
     redis_server: RedisServer,
     redis_client: aioredis.Redis,
 ) -> None:
-    s = await start_server(model=shipped_embedder, redis_url=redis_server.url)
+    s = await start_server(redis_url=redis_server.url)
     sc = scope("user_123", session_id="sess_abc123")
     reply = await s.stub.Add(
         pb.AddRequest(
@@ -110,10 +97,10 @@ async def test_3_add_long_term_memory_is_embedded_and_searchable(
 
 @pytest.mark.parametrize("backend", ["edge", "qdrant_client_local"])
 async def test_4_skiing_preferences_are_skiing_then_slopes(
-    start_server: ServerFactory, shipped_embedder: Embedder, user_id: str, backend: str
+    start_server: ServerFactory, user_id: str, backend: str
 ) -> None:
     stores = QDRANT_LOCAL if backend != "edge" else {}
-    s = await start_server(model=shipped_embedder, **stores)
+    s = await start_server(**stores)
     for content in SKI_MEMORIES:
         await s.stub.Add(pb.AddRequest(scope=scope(user_id), tier=LT, content=content))
     found = await s.stub.Retrieve(
