@@ -33,6 +33,8 @@ from tests.support.rpc import scope
 from tests.support.write_load import missing_long_term
 
 SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"
+# Three replicas: each pair of them competes, so two are covered as well.
+REPLICAS = 3
 LT, E = pb.TIER_LONG_TERM, pb.TIER_ENTITY
 MAX_MEMORIES, MAX_BYTES = 20, 600
 FAST_RECONNECT = [
@@ -174,16 +176,14 @@ async def add_concurrently(replicas: list[Replica], user: str, contents: list[st
 
 
 @pytest.mark.slow  # several server processes
-@pytest.mark.parametrize("n_replicas", [2, 3])
 async def test_fifty_adders_across_replicas_never_pass_the_count_or_byte_quota(
     tmp_path: Path,
     redis_target: tuple[str, bool],
     embeddings: OpenAIStub,
     user_id: str,
-    n_replicas: int,
 ) -> None:
     async with AsyncExitStack() as stack:
-        replicas = await started(stack, n_replicas, tmp_path, redis_target, embeddings)
+        replicas = await started(stack, REPLICAS, tmp_path, redis_target, embeddings)
         # Short memories: the count binds (20 x 9 bytes is far under 600).
         by_count = f"{user_id}-n"
         acked = await add_concurrently(replicas, by_count, [f"Fact {n:04d}" for n in range(50)])
@@ -277,22 +277,18 @@ async def counted_entities(target: tuple[str, bool], user: str) -> tuple[int, in
 
 
 @pytest.mark.slow  # several server processes
-@pytest.mark.parametrize("n_replicas", [2, 3])
 async def test_fifty_adders_across_replicas_never_pass_the_entity_or_relation_quota(
     tmp_path: Path,
     redis_target: tuple[str, bool],
     embeddings: OpenAIStub,
     user_id: str,
-    n_replicas: int,
 ) -> None:
     async with AsyncExitStack() as stack:
-        replicas = await started(
-            stack, n_replicas, tmp_path, redis_target, embeddings, ENTITY_QUOTA
-        )
+        replicas = await started(stack, REPLICAS, tmp_path, redis_target, embeddings, ENTITY_QUOTA)
 
         async def add(i: int, request: pb.AddRequest) -> bool:
             try:
-                await replicas[i % n_replicas].stub.Add(request)
+                await replicas[i % REPLICAS].stub.Add(request)
             except grpc.aio.AioRpcError as err:
                 assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err
                 return False
@@ -321,5 +317,5 @@ async def test_fifty_adders_across_replicas_never_pass_the_entity_or_relation_qu
         acked = await asyncio.gather(*(add(i, r) for i, r in enumerate(related)))
         assert sum(acked) == MAX_RELATIONS
         entities, relations = await stored_entities(replicas, links)
-        assert relations == MAX_RELATIONS and entities <= 2 * n_replicas
+        assert relations == MAX_RELATIONS and entities <= 2 * REPLICAS
         assert await counted_entities(redis_target, links) == (entities, relations)

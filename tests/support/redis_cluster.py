@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support.redis_server import free_port
+from tests.support.redis_server import free_ports
 
 
 class RedisCluster:
@@ -19,18 +19,20 @@ class RedisCluster:
         self._cli = cli
         self.ports: list[int] = []
         self._procs: list[subprocess.Popen[bytes]] = []
+        # A client port and a bus port per node, all distinct (a node whose two ports
+        # collide never starts). The bus port is set: the default (port + 10000) may be taken.
+        ports = free_ports(2 * masters)
         try:
             for n in range(masters):
                 node_dir = directory / f"node-{n}"
                 node_dir.mkdir(parents=True, exist_ok=True)
-                port = free_port()
-                # The bus port is set explicitly: the default (port + 10000) may be taken.
+                port, bus = ports[2 * n], ports[2 * n + 1]
                 self._procs.append(
                     subprocess.Popen(
                         [
                             server,
                             "--port", str(port),
-                            "--cluster-port", str(free_port()),
+                            "--cluster-port", str(bus),
                             "--bind", "127.0.0.1",
                             "--dir", str(node_dir),
                             "--cluster-enabled", "yes",
