@@ -162,7 +162,7 @@ def counter() -> TokenCounter:
 def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
     """The embedder a server builds from default settings (MiniLM, int8 on ONNX Runtime:
     what ships), loaded once for the whole run."""
-    model = build_embedder(Settings(data_dir=tmp_path_factory.mktemp("embedder")))
+    model = build_embedder(Settings.explicit(data_dir=tmp_path_factory.mktemp("embedder")))
     model.warm()
     return model
 
