@@ -13,8 +13,8 @@ run: install
 # Test files are spread over every core (each worker loads the model and starts its own
 # Redis); `make test-unit` is the fast layer alone (no server, Redis or model; about 20 s).
 # Their temporary files (stores, Redis, logs) go to tmpfs where it has room: a disk's syncs
-# were a third of a server test's time.
-TEST_TMPDIR := $(shell [ -w /dev/shm ] && [ "$$(df -Pk /dev/shm | awk 'NR==2 {print $$4}')" -gt 4000000 ] && echo /dev/shm)
+# were a third of a server test's time. (`=`: probed only when `make test` runs.)
+TEST_TMPDIR = $(shell [ -w /dev/shm ] && [ "$$(df -Pk /dev/shm | awk 'NR==2 {print $$4}')" -gt 4000000 ] && echo /dev/shm)
 test: install redis chromium
 	$(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) $(PY) -m pytest -n auto --dist loadfile
 

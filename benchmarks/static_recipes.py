@@ -107,9 +107,8 @@ def main() -> None:
         fast: dict[str, _Graph] = {}
         for weights in args.weights.split(","):
             graph = folder / f"minilm-static-{weights}.onnx"
-            if weights == "u8" and not graph.is_file():
-                # The shipped recipe (`_quantize_static`'s default): the graph the server
-                # uses, derived once into the model cache, is that format's graph.
+            if weights == minilm_onnx.SHIPPED_WEIGHTS and not graph.is_file():
+                # The graph the server uses, derived once into the model cache.
                 graph = minilm_onnx.prepare_quantized(quantization="static")
             if not graph.is_file():
                 started = time.perf_counter()

