@@ -684,7 +684,7 @@ def _wait_serving(target: str, timeout_s: float) -> None:
                 return
         except grpc.RpcError:
             pass
-        time.sleep(0.5)
+        time.sleep(0.1)
     raise TimeoutError(f"no SERVING answer from {target} within {timeout_s:.0f} s")
 
 

@@ -23,19 +23,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from memoryd.v1 import memory_pb2_grpc
 from tests.support.openai_stub import OpenAIStub, running_openai_stub
 from tests.support.redis_server import free_port
+from tests.support.rpc import FAST_RECONNECT
 from tests.support.write_load import WriteLoad, missing_long_term
 
 SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"
 # More for a longer run: MEMORYD_CRASH_ROUNDS=20 (`make fuzz` sets it).
 ROUNDS = int(os.environ.get("MEMORYD_CRASH_ROUNDS", "3"))
-
-
-# Poll a server that is starting without gRPC's reconnect backoff growing to seconds.
-FAST_RECONNECT = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 200),
-]
 
 
 @asynccontextmanager

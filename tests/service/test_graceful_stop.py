@@ -21,7 +21,7 @@ from memoryd.v1 import memory_pb2_grpc
 from tests.conftest import ServerFactory
 from tests.support.openai_stub import OpenAIStub, start_openai_stub
 from tests.support.redis_server import free_port
-from tests.support.rpc import scope
+from tests.support.rpc import FAST_RECONNECT, scope
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -86,7 +86,7 @@ def test_sigterm_goes_not_serving_at_once_and_finishes_a_running_call(
 
 
 async def _stop_during_a_call(port: int, proc: subprocess.Popen[str], api: OpenAIStub) -> None:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=FAST_RECONNECT) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         for _ in range(2400):  # start-up
             assert proc.poll() is None, "the server exited during start-up"

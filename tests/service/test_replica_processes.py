@@ -32,7 +32,7 @@ from memoryd.v1 import memory_pb2_grpc
 from tests.support.openai_stub import OpenAIStub, start_openai_stub
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer, free_port
-from tests.support.rpc import scope
+from tests.support.rpc import FAST_RECONNECT, scope
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -63,7 +63,7 @@ class Replica:
             stderr=self._log,
             stdout=subprocess.DEVNULL,
         )
-        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.port}")
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.port}", options=FAST_RECONNECT)
         self.stub = memory_pb2_grpc.MemoryServiceStub(self.channel)
 
     def log(self) -> str:

@@ -29,7 +29,7 @@ from memoryd.v1 import memory_pb2_grpc
 from tests.support.openai_stub import OpenAIStub, running_openai_stub
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_server import RedisServer, free_port
-from tests.support.rpc import scope
+from tests.support.rpc import FAST_RECONNECT, scope
 from tests.support.write_load import missing_long_term
 
 SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"
@@ -37,11 +37,6 @@ SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"
 REPLICAS = 3
 LT, E = pb.TIER_LONG_TERM, pb.TIER_ENTITY
 MAX_MEMORIES, MAX_BYTES = 20, 600
-FAST_RECONNECT = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 200),
-]
 
 
 @pytest.fixture(params=["redis", "redis_cluster"])
