@@ -30,7 +30,7 @@ from memoryd.stores.redis_clients import AsyncClient, open_async
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
 from tests.support.openai_stub import OpenAIStub, start_openai_stub
-from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_cluster import RedisCluster, on_family
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.rpc import FAST_RECONNECT, scope
 
@@ -114,12 +114,17 @@ def openai_api() -> Iterator[OpenAIStub]:
 
 @pytest.fixture(params=["redis", "redis_cluster"])
 def redis_env(request: pytest.FixtureRequest) -> dict[str, str]:
-    """MEMORYD_* for one Redis or a Redis Cluster; tests run on both."""
+    """MEMORYD_* for one Redis or a Redis Cluster (a test marked ON_REDIS or ON_CLUSTER runs
+    on that one only)."""
     if request.param == "redis_cluster":
         cluster: RedisCluster = request.getfixturevalue("redis_cluster")
         return {"MEMORYD_REDIS_URL": cluster.url, "MEMORYD_REDIS_CLUSTER": "true"}
     server: RedisServer = request.getfixturevalue("redis_server")
     return {"MEMORYD_REDIS_URL": server.url, "MEMORYD_REDIS_CLUSTER": "false"}
+
+
+ON_REDIS = on_family("redis_env", "redis")  # a test without either runs on both
+ON_CLUSTER = on_family("redis_env", "redis_cluster")
 
 
 @pytest.fixture
@@ -194,6 +199,7 @@ async def eventually(check: Callable[[], Any], what: str) -> None:
     raise AssertionError(f"never happened: {what}")
 
 
+@ON_CLUSTER
 async def test_replicas_share_the_write_behind_copy_without_duplicates(
     start_replica: ReplicaFactory,
     redis: AsyncClient,
@@ -229,6 +235,7 @@ async def test_replicas_share_the_write_behind_copy_without_duplicates(
     assert sum(1 for cs in per_replica if cs) >= 2  # the work was shared
 
 
+@ON_REDIS
 async def test_messages_a_killed_replica_held_are_copied_by_another(
     start_replica: ReplicaFactory,
     redis: AsyncClient,
@@ -266,6 +273,7 @@ async def test_messages_a_killed_replica_held_are_copied_by_another(
     assert await held_by(redis, stream, doomed.name) == 0  # claimed away from the dead one
 
 
+@ON_CLUSTER
 async def test_maintenance_runs_on_one_replica_at_a_time_and_moves_when_it_goes(
     start_replica: ReplicaFactory, redis: AsyncClient
 ) -> None:
@@ -309,6 +317,7 @@ async def test_maintenance_runs_on_one_replica_at_a_time_and_moves_when_it_goes(
     assert await the_only_one_running([last]) is last
 
 
+@ON_REDIS
 async def test_sigterm_flushes_the_write_behind_copy_before_exiting_0(
     start_replica: ReplicaFactory,
     redis: AsyncClient,

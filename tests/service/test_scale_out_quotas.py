@@ -27,7 +27,7 @@ from memoryd.stores.usage.redis_counters import RedisCounters
 from memoryd.v1 import memory_pb2 as pb
 from memoryd.v1 import memory_pb2_grpc
 from tests.support.openai_stub import OpenAIStub, running_openai_stub
-from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_cluster import RedisCluster, on_family
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.rpc import FAST_RECONNECT, scope
 from tests.support.write_load import missing_long_term
@@ -46,6 +46,10 @@ def redis_target(request: pytest.FixtureRequest) -> tuple[str, bool]:
         return cluster.url, True
     server: RedisServer = request.getfixturevalue("redis_server")
     return server.url, False
+
+
+ON_REDIS = on_family("redis_target", "redis")  # a test without either runs on both
+ON_CLUSTER = on_family("redis_target", "redis_cluster")
 
 
 @pytest.fixture
@@ -171,6 +175,7 @@ async def add_concurrently(replicas: list[Replica], user: str, contents: list[st
 
 
 @pytest.mark.slow  # several server processes
+@ON_REDIS
 async def test_fifty_adders_across_replicas_never_pass_the_count_or_byte_quota(
     tmp_path: Path,
     redis_target: tuple[str, bool],
@@ -198,6 +203,7 @@ async def test_fifty_adders_across_replicas_never_pass_the_count_or_byte_quota(
 
 
 @pytest.mark.slow  # several server processes, one killed
+@ON_CLUSTER
 async def test_a_replica_killed_mid_run_loses_no_acknowledged_write_and_the_quota_holds(
     tmp_path: Path, redis_target: tuple[str, bool], embeddings: OpenAIStub, user_id: str
 ) -> None:
@@ -272,6 +278,7 @@ async def counted_entities(target: tuple[str, bool], user: str) -> tuple[int, in
 
 
 @pytest.mark.slow  # several server processes
+@ON_CLUSTER
 async def test_fifty_adders_across_replicas_never_pass_the_entity_or_relation_quota(
     tmp_path: Path,
     redis_target: tuple[str, bool],

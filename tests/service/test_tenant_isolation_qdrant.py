@@ -14,7 +14,7 @@ from tests.support.redis_server import RedisServer
 
 
 @pytest.mark.slow
-async def test_ten_thousand_random_calls_never_cross_a_tenant_or_a_user(
+async def test_a_thousand_random_calls_never_cross_a_tenant_or_a_user(
     start_server: ServerFactory, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     """The same suite, shorter (CALLS["qdrant"]): local mode answers a hybrid query ~20x

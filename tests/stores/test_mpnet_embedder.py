@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -80,8 +81,14 @@ def test_weights_are_assembled_once_from_the_packages_and_pinned(
     assert not [p for p in cache.iterdir() if p.name.startswith(".assemble-")]
 
 
-def test_a_copy_changed_since_is_assembled_afresh(tmp_path: Path) -> None:
+def test_a_copy_changed_since_is_assembled_afresh(
+    mpnet: MPNetEmbedder, cache: Path, tmp_path: Path
+) -> None:
+    # A copy of the module's assembled model (one assembly less than making it here).
+    model = assembled_model_path(cache)
+    shutil.copytree(model.parent.parent, tmp_path / model.parent.parent.name)
     weights = assembled_model_path(tmp_path) / "model.safetensors"
+    assert weights.parent.parent.parent == tmp_path
     with weights.open("r+b") as f:
         f.seek(1_000_000)
         f.write(b"\x00\x01\x02\x03")

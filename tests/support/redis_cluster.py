@@ -8,6 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.redis_server import free_ports
 
 
@@ -92,3 +94,12 @@ class RedisCluster:
             proc.terminate()
         for proc in self._procs:
             proc.wait(timeout=10)
+
+
+def on_family(fixture: str, family: str) -> pytest.MarkDecorator:
+    """A test runs on one Redis family (`"redis"` or `"redis_cluster"`) where `fixture` is
+    parametrized by both. For the scenarios of several `memoryd serve` processes: each
+    start costs seconds of CPU, so their modules split the scenarios between the families,
+    and what differs between them (the stream, the lease, the counters on one node or
+    across slots) is covered per family by the stores' contract suites."""
+    return pytest.mark.parametrize(fixture, [family], indirect=True)
