@@ -28,8 +28,10 @@ pytestmark = pytest.mark.skipif(
 __all__ = ["served", "stack"]  # the fixtures, imported for the tests below
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 async def browser() -> AsyncIterator[Browser]:
+    """One chromium for the module (a launch costs about a second of CPU); each test
+    signs in in a context of its own (cookies and storage of their own)."""
     async with async_playwright() as p:
         chromium = await p.chromium.launch(executable_path=CHROMIUM, headless=True)
         yield chromium

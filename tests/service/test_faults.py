@@ -289,12 +289,16 @@ async def test_a_frozen_redis_is_answered_unavailable_by_the_server_within_the_c
         patient = await start_server(
             redis_url=redis.url, redis_timeout_seconds=60, data_dir=tmp_path / "patient"
         )
-        for request in (
+        requests = (
             pb.AddRequest(scope=everywhere, tier=WK, key="k2", content="v"),
             pb.AddRequest(scope=everywhere, tier=ST, content="hello"),
             pb.AddRequest(scope=everywhere, tier=LT, content="The user likes green tea"),
-        ):
-            err = await rpc_error(patient.stub.Add(request, timeout=4))
+        )
+        # At once: each waits out most of its deadline, and each has a budget of its own.
+        errors = await asyncio.gather(
+            *(rpc_error(patient.stub.Add(request, timeout=4)) for request in requests)
+        )
+        for request, err in zip(requests, errors, strict=True):
             assert err.code() == grpc.StatusCode.UNAVAILABLE, (request.tier, err.details())
 
         redis.thaw()
