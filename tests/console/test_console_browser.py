@@ -19,7 +19,8 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from memoryd.v1 import memory_pb2 as pb
-from tests.support.console_stack import Stack, _Server, free_port, served, stack
+from tests.support.console_stack import Stack, _Server, served, stack
+from tests.support.redis_server import free_port
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(

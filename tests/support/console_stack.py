@@ -22,6 +22,7 @@ from memoryd.v1 import memory_pb2 as pb
 from tests.conftest import RunningServer, ServerFactory
 from tests.support.clock import MovableClock
 from tests.support.grants import Caller, new_key
+from tests.support.redis_server import free_port
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 # The key every console of a test shares (as replicas given one --session-key-file).
@@ -41,12 +42,6 @@ class Stack:
 
     def caller(self, key: str) -> Caller:
         return Caller(self.memoryd.channel, key)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def seed(stack: Stack) -> None:
