@@ -19,8 +19,9 @@ import grpc
 import uvicorn
 from playwright.async_api import Page, async_playwright
 from tests.support.clock import MovableClock
-from tests.support.console_stack import Stack, _Server, free_port, seed
+from tests.support.console_stack import Stack, _Server, seed
 from tests.support.grants import new_key
+from tests.support.redis_server import free_port
 
 from memoryd.app import build_app
 from memoryd.console.app import Console, create_app
