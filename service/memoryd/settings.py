@@ -98,10 +98,10 @@ class VectorSettings(_Block):
     term_space: Literal["shared", "user"] = Field(
         "user",
         description="A new store's keyword term ids (ADR 0601): each user's own (a user's "
-        "keyword search and counts read only that user's memories; the keyword weights still "
-        "come from the whole collection's statistics, kept in memory) or shared by every user "
-        "(stores created before ADR 0601). An existing store keeps its own; `memoryd reindex` "
-        "rewrites it into this one",
+        "keyword search and counts read only that user's memories; the keyword weights come "
+        "from the statistics of every user of the tenant, kept in memory) or shared by every "
+        "user of every tenant (stores created before ADR 0601). An existing store keeps its "
+        "own; `memoryd reindex` rewrites it into this one",
     )
 
 

@@ -117,7 +117,7 @@ def test_keyword_scores_are_those_of_one_shared_space(
     # A user's terms are counted from the term index or from their points (by size).
     monkeypatch.setattr(term_space, "FACET_FROM", facet_from)
     spaced.terms.close()
-    spaced.terms = CollectionTerms(spaced._count_users_terms, spaced._count_with_terms)
+    spaced.terms = CollectionTerms(spaced._count_tenants_terms, spaced._count_with_terms)
     # alice's words are rare among everyone's memories, bob's "skiing" is common: the
     # engine counts only a user's own postings here, the weights are the collection's.
     first = [
@@ -142,6 +142,39 @@ def test_keyword_scores_are_those_of_one_shared_space(
                 everyone = keyword_scores(shared, user, text)
                 assert mine.keys() == everyone.keys()
                 assert mine == pytest.approx(everyone, rel=1e-4)
+
+
+def test_another_tenants_memories_never_move_a_tenants_keyword_scores(
+    spaced: UserTermSpace, shared: VectorStore, adapter: str, tmp_path: Path
+) -> None:
+    acme = [
+        memory(1, "skiing trip in the alps"),
+        memory(2, "a quiet weekend of reading"),
+        memory(3, "skiing with my sister at the weekend"),
+        *(memory(10 + n, f"skiing lesson number {n}", user="bob") for n in range(10)),
+    ]
+    # globex holds acme's rare words, and many of them
+    globex = [memory(100 + n, "my sister and the alps", tenant="globex") for n in range(40)]
+    acme_alone = open_store(adapter, tmp_path / "alone", DIM)
+    try:
+        acme_alone.upsert(acme)
+        spaced.upsert(acme)
+        shared.upsert(acme)
+        queries = ("sister alps", "skiing weekend", "reading")
+        assert spaced.terms.wait(10)
+        before = {q: keyword_scores(spaced, "alice", q) for q in queries}
+        spaced.upsert(globex)
+        shared.upsert(globex)
+        assert spaced.terms.wait(10)
+        for q in queries:
+            alone = keyword_scores(acme_alone, "alice", q)
+            assert keyword_scores(spaced, "alice", q) == pytest.approx(alone, rel=1e-4)
+            assert before[q] == pytest.approx(alone, rel=1e-4)
+        # in a space shared by every tenant, globex's memories do move acme's scores
+        moved = keyword_scores(shared, "alice", "sister alps")
+        assert moved != pytest.approx(keyword_scores(acme_alone, "alice", "sister alps"))
+    finally:
+        acme_alone.close()
 
 
 def test_without_statistics_yet_the_engines_idf_stands(raw: VectorStore) -> None:

@@ -1,26 +1,33 @@
-"""How many of the store's memories hold each keyword term, over every user (ADR 0601).
+"""How many of a tenant's memories hold each keyword term, over every user of the tenant
+(ADR 0601 and its second addendum).
 
 In the users' term space (`term_space.py`) the engine's IDF of a term counts only the
 querying user's memories of it, over the whole collection's size. Measured on the
-long-conversation gate, the keyword ranking is better with the collection's statistics (a
+long-conversation gate, the keyword ranking is better with statistics over many users (a
 user's names and topics are rare across users, common within their own turns): this table
-gives them back without walking anyone else's postings at query time. `UserTermSpace`
-weighs each query term by the collection's IDF over the engine's.
+gives them back without walking anyone else's postings at query time. They are each
+tenant's own, never the whole collection's: another tenant's writes must not move a
+tenant's ranking, or its scores (`explain` shows them) would tell whether another tenant
+holds a word. `UserTermSpace` weighs each query term by the tenant's IDF over the engine's.
 
-What it holds: `df` (points holding each encoder term id) and `total` (points holding any),
-over a set of points that is the whole store when it is small, else a sample of it:
+What it holds, per tenant: `df` (points holding each encoder term id) and `total` (points
+holding any), over every user of the tenant, or over a sample of its users when it is
+large; and the store's points holding a term (what the engine's IDF counts over).
 
-* a recount counts them from the store's term index, one user at a time (the store's
-  `facet` of a user's `term_ids`: the index, not the payloads), in its own thread; past
-  `sample_limit` points it stops, and the users counted (in random order) are a sample
-  whose frequencies are scaled to the store's size;
+* a recount counts them from the store's term index, tenant by tenant (in random order)
+  and within a tenant one user at a time (the store's `facet` of a user's `term_ids`: the
+  index, not the payloads), in its own thread; past `sample_limit` points (or
+  `terms_limit` entries: a word of several tenants is held once for each) it stops: the
+  tenant it stops in is a sample of its users, scaled to its size, and the tenants after
+  it have no statistics until a later recount;
 * every write through this process changes them meanwhile: the points it adds, less the
-  ones it replaces or deletes by id (read first); deletes by filter are only counted;
+  ones it replaces or deletes by id (read first); deletes by filter are only counted; a
+  new tenant is counted from its writes when the last recount counted every tenant;
 * a recount starts with the first write or keyword search (`start`: once the server
   answers), and again once the points upserted since the last one reach what it counted,
   or those deleted a quarter of it (at least `MIN_CHANGES` either way). Until the first
-  finishes, the users counted so far (a sample too) stand in once they hold `MIN_SAMPLE`
-  points; before that there are no statistics and the engine's IDF stands.
+  finishes, a tenant it has counted stands in, and so does the tenant it is counting once
+  `MIN_SAMPLE` of its points are; before that the engine's IDF stands.
 
 Other processes' writes to a shared Qdrant server are seen at the next recount only;
 IDF moves slowly with counts, so the table may lag without changing rankings much.
@@ -33,24 +40,42 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 log = logging.getLogger(__name__)
 
 # Points counted per recount; past it the counted points are a sample of the store.
 SAMPLE_LIMIT = 250_000
-# Points a first recount must have counted before its partial counts are used.
+# (tenant, term) entries a recount keeps at most (~60 bytes each): many small tenants hold
+# the same words each, so past it the counted tenants are a sample too.
+TERMS_LIMIT = 1_000_000
+# Points of a tenant a first recount must have counted before its partial counts are used.
 MIN_SAMPLE = 20_000
 # Points upserted or deleted that start another recount, at the least.
 MIN_CHANGES = 1_000
 
-# What a recount reads, one part of the store (a user) at a time: its points holding a
-# term, and how many of them hold each term (the encoder's ids).
+# What a recount reads of one user: their points holding a term, and how many of them hold
+# each term (the encoder's ids).
 Part = tuple[int, Mapping[int, int]]
+# A user, and how to read their part (the recount notes when it began).
+UserPart = tuple[str, Callable[[], Part]]
+# A tenant, and its users.
+TenantParts = tuple[str, Iterable[UserPart]]
+# A written point's tenant, user and term ids (the encoder's).
+Written = tuple[str, str, Sequence[int]]
 
 
 def bm25_idf(total: float, df: float) -> float:
     """A term's IDF as Qdrant's IDF modifier computes it."""
     return math.log(1.0 + (total - df + 0.5) / (df + 0.5))
+
+
+class Frequencies(NamedTuple):
+    """A tenant's statistics for some terms (scaled when counted over a sample)."""
+
+    points: float  # the tenant's points holding a term
+    df: list[float]  # of them, those holding each term asked
+    store_points: float  # the store's points holding a term: what the engine's IDF counts
 
 
 class _Counts:
@@ -66,13 +91,23 @@ class _Counts:
         for term, n in df.items():
             mine[term] = mine.get(term, 0) + n
 
-    def add(self, terms: Iterable[Sequence[int]], sign: int = 1) -> None:
+    def add(self, ids: Sequence[int], sign: int) -> None:
+        self.total += sign
         df = self.df
-        for ids in terms:
-            if ids:
-                self.total += sign
-                for term in ids:
-                    df[term] = df.get(term, 0) + sign
+        for term in ids:
+            df[term] = df.get(term, 0) + sign
+
+
+def _holding(points: Sequence[Written]) -> int:
+    return sum(1 for _, _, ids in points if ids)
+
+
+def _unread(
+    points: Sequence[Written], write: int, read_after: Mapping[tuple[str, str], int]
+) -> list[Written]:
+    """The points of write number `write` that a recount did not read: of users it began
+    reading before the write, or never read."""
+    return [w for w in points if write > read_after.get((w[0], w[1]), 0)]
 
 
 class CollectionTerms:
@@ -81,21 +116,31 @@ class CollectionTerms:
 
     def __init__(
         self,
-        read_parts: Callable[[], Iterable[Part]],
-        count_store: Callable[[], int],
+        read_tenants: Callable[[], Iterable[TenantParts]],
+        count_store: Callable[[str | None], int],
         sample_limit: int = SAMPLE_LIMIT,
         min_sample: int = MIN_SAMPLE,
+        terms_limit: int = TERMS_LIMIT,
     ) -> None:
-        self._read_parts = read_parts
+        """`read_tenants`: every tenant's parts; `count_store(tenant)`: the points holding
+        a term, of a tenant or (None) of the store."""
+        self._read_tenants = read_tenants
         self._count_store = count_store
         self._sample_limit = sample_limit
         self._min_sample = min_sample
+        self._terms_limit = terms_limit
         self._lock = threading.Lock()
-        self._counts: _Counts | None = None  # None: no recount has finished
-        self._partial: _Counts | None = None  # the running recount's counts so far
-        # Writes while a recount runs: (added, removed) term ids.
-        self._during: list[tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]]] = []
-        self._scale = 1.0  # the store's size over the points counted (>1: a sample)
+        self._tenants: dict[str, _Counts] | None = None  # None: no recount has finished
+        self._scaled: dict[str, float] = {}  # tenants counted over a sample: size / counted
+        self._complete = False  # the last recount counted every tenant
+        self._store_points = 0
+        self._partial: dict[str, _Counts] | None = None  # the running recount's counts so far
+        self._partial_done: set[str] = set()  # and the tenants it has counted whole
+        self._partial_store_points: int | None = None
+        # Writes while a recount runs, numbered: the recount keeps those of a user after it
+        # began reading the user (the ones before, it read from the store).
+        self._during: list[tuple[int, Sequence[Written], Sequence[Written]]] = []
+        self._writes = 0
         self._upserted = 0  # points upserted since the last recount began
         self._removed = 0  # and deleted
         self._counted = 0
@@ -104,18 +149,19 @@ class CollectionTerms:
 
     # ------------------------------------------------------------------ writes
 
-    def changed(
-        self, added: Sequence[Sequence[int]], removed: Sequence[Sequence[int]] = ()
-    ) -> None:
-        """Points written with these term ids (the encoder's), and the points they replaced
-        or deletes removed, as they were."""
+    def changed(self, added: Sequence[Written], removed: Sequence[Written] = ()) -> None:
+        """Points written with these tenants and term ids, and the points they replaced or
+        deletes removed, as they were."""
+        delta = _holding(added) - _holding(removed)
         with self._lock:
-            # A sample stays one: the new points wait for the next recount.
-            if self._counts is not None and self._scale == 1.0:
-                self._counts.add(added)
-                self._counts.add(removed, -1)
+            if self._tenants is not None:
+                self._store_points += delta
+                self._apply(self._tenants, added, removed)
             if self._thread is not None:
-                self._during.append((added, removed))
+                self._writes += 1
+                self._during.append((self._writes, added, removed))
+                if self._partial_store_points is not None:
+                    self._partial_store_points += delta
             self._upserted += len(added)
             self._start_if_due()
 
@@ -124,21 +170,43 @@ class CollectionTerms:
         with self._lock:
             self._removed += points
 
+    def _apply(
+        self, tenants: dict[str, _Counts], added: Sequence[Written], removed: Sequence[Written]
+    ) -> None:
+        for sign, points in ((1, added), (-1, removed)):
+            for tenant, _, ids in points:
+                if not ids or tenant in self._scaled:
+                    continue  # a sample stays one: its new points wait for the next recount
+                counts = tenants.get(tenant)
+                if counts is None:
+                    if not self._complete:
+                        continue  # a tenant the recount did not reach
+                    counts = tenants[tenant] = _Counts()  # a new tenant: counted from here
+                counts.add(ids, sign)
+
     # ------------------------------------------------------------------ reads
 
-    def frequencies(self, terms: Sequence[int]) -> tuple[float, list[float]] | None:
-        """The collection's size and each term's document frequency in it (scaled when
-        counted over a sample); None while there are no statistics yet. Starts a recount
-        when one is due."""
+    def frequencies(self, tenant: str, terms: Sequence[int]) -> Frequencies | None:
+        """The tenant's statistics for `terms`; None while it has none (the engine's IDF
+        stands). Starts a recount when one is due."""
         with self._lock:
             self._start_if_due()
-            counts, scale = self._counts, self._scale
-            if counts is None:
-                partial = self._partial
-                if partial is None or partial.total < self._min_sample:
+            if self._tenants is not None:
+                counts = self._tenants.get(tenant)
+                scale, store = self._scaled.get(tenant, 1.0), self._store_points
+            else:
+                partial, store_points = self._partial, self._partial_store_points
+                counts = None if partial is None else partial.get(tenant)
+                if counts is None or store_points is None:
                     return None
-                counts, scale = partial, 1.0
-            return counts.total * scale, [counts.df.get(t, 0) * scale for t in terms]
+                if tenant not in self._partial_done and counts.total < self._min_sample:
+                    return None
+                scale, store = 1.0, store_points
+            if counts is None:
+                return None
+            return Frequencies(
+                counts.total * scale, [counts.df.get(t, 0) * scale for t in terms], float(store)
+            )
 
     def start(self) -> None:
         """Starts the first recount now (a server, as its store opens)."""
@@ -163,7 +231,7 @@ class CollectionTerms:
     def _start_if_due(self) -> None:
         if self._thread is not None or self._closed.is_set():
             return
-        if self._counts is not None:
+        if self._tenants is not None:
             # Adds are counted as they come: a recount is for what they cannot tell (a
             # point upserted again, deletes). Once the store has doubled, or lost a
             # quarter, since the last one: a store's scrolls add up to twice its size.
@@ -172,7 +240,7 @@ class CollectionTerms:
                 return
         self._upserted = self._removed = 0
         self._during = []
-        self._partial = _Counts()
+        self._partial, self._partial_done, self._partial_store_points = {}, set(), None
         self._thread = threading.Thread(
             target=self._recount, name="memoryd-term-recount", daemon=True
         )
@@ -180,46 +248,70 @@ class CollectionTerms:
 
     def _recount(self) -> None:
         started = time.monotonic()
-        counts, complete = _Counts(), True
+        tenants: dict[str, _Counts] = {}
+        scaled: dict[str, float] = {}
+        read_after: dict[tuple[str, str], int] = {}  # a user's writes it read: up to this one
+        counted, entries, complete = 0, 0, True
         try:
-            for points, df in self._read_parts():
-                if self._closed.is_set():
-                    self._stopped()
-                    return
+            store_points = self._count_store(None)
+            with self._lock:
+                self._partial = tenants
+                self._partial_store_points = store_points
+            for tenant, parts in self._read_tenants():
+                counts = _Counts()
                 with self._lock:
-                    counts.merge(points, df)
-                    self._partial = counts
-                if counts.total >= self._sample_limit:
-                    complete = False
+                    tenants[tenant] = counts
+                for user, read in parts:
+                    if self._closed.is_set():
+                        self._stopped()
+                        return
+                    with self._lock:
+                        before = self._writes
+                    points, df = read()
+                    with self._lock:
+                        held = len(counts.df)
+                        counts.merge(points, df)
+                        read_after[(tenant, user)] = before
+                    counted += points
+                    entries += len(counts.df) - held
+                    if counted >= self._sample_limit or entries >= self._terms_limit:
+                        complete = False
+                        break
+                if not complete:
+                    # The tenant it stopped in: its counted users are a sample of it.
+                    size = self._count_store(tenant)
+                    if counts.total and size > counts.total:
+                        scaled[tenant] = size / counts.total
                     break
-            # The store's points holding a term: the counted ones, or a sample of them.
-            size = self._count_store()
+                with self._lock:
+                    self._partial_done.add(tenant)
         except Exception:  # a store down or closed: the next search starts another
             if not self._closed.is_set():
-                log.warning("recounting the collection's keyword terms failed", exc_info=True)
+                log.warning("recounting the keyword terms failed", exc_info=True)
             self._stopped()
             return
         with self._lock:
-            if complete:
-                # Writes during the recount: those of users already counted were not (and
-                # the others are counted twice, a small error until the next recount).
-                for added, removed in self._during:
-                    counts.add(added)
-                    counts.add(removed, -1)
-                counts.total = size
+            self._complete, self._scaled = complete, scaled
+            # Writes during the recount that it did not read: those of a user after it began
+            # reading the user (one while it read may be counted twice until the next
+            # recount), and those of users it never read (new ones).
+            for n, added, removed in self._during:
+                self._apply(tenants, _unread(added, n, read_after), _unread(removed, n, read_after))
             self._during = []
-            self._counted = counts.total
-            self._scale = 1.0 if complete or not counts.total else max(1.0, size / counts.total)
-            self._counts, self._partial, self._thread = counts, None, None
+            self._counted = counted
+            self._store_points = self._partial_store_points or 0
+            self._tenants, self._partial, self._thread = tenants, None, None
+            self._partial_store_points = None
         log.info(
-            "keyword statistics of %d memories counted in %.1f s (%d terms%s)",
-            size,
+            "keyword statistics of %d memories counted in %.1f s (%d tenants%s)",
+            store_points,
             time.monotonic() - started,
-            len(counts.df),
-            "" if complete else f"; from a sample of {counts.total}",
+            len(tenants),
+            "" if complete else f"; stopped at {counted} points, a sample",
         )
 
     def _stopped(self) -> None:
         with self._lock:
             self._partial, self._thread = None, None
+            self._partial_done, self._partial_store_points = set(), None
             self._removed = max(self._removed, MIN_CHANGES)  # due again

@@ -14,8 +14,9 @@ encoder's ids only. Writes shift a point's sparse vector and `term_ids` by the p
 owner (its payload's tenant and user_id); keyword searches and `count_each` over
 `term_ids` shift the query's ids by the filter's owner, which they must name; every point
 read back is shifted back. The engine's IDF then counts only the user's own memories of
-a term; a keyword search weighs each query term back to the collection's IDF, from the
-counts `CollectionTerms` keeps (the ranking of one shared space: ADR 0601's addendum).
+a term; a keyword search weighs each query term back to the IDF over every user of the
+tenant, from the counts `CollectionTerms` keeps (the ranking of a space shared by the
+tenant's users: ADR 0601's addendums; never another tenant's counts).
 The store's metadata says which space its ids are in
 (`TERM_SPACE_KEY`): stores created before it keep the shared space until `memoryd
 reindex` rewrites them.
@@ -29,10 +30,17 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
-from memoryd.core.memory.collection_terms import CollectionTerms, Part, bm25_idf
+from memoryd.core.memory.collection_terms import (
+    CollectionTerms,
+    Part,
+    TenantParts,
+    UserPart,
+    Written,
+    bm25_idf,
+)
 from memoryd.core.memory.term_counts import owner_of, payload_owner
 from memoryd.stores.vectors.port import (
     TERMS_FIELD,
@@ -110,15 +118,16 @@ class UserTermSpace:
     """A `VectorStore` whose term ids are each user's own; the ids above it are the
     encoder's (module docstring).
 
-    A keyword search weighs each query term by the collection's IDF over the engine's:
-    the engine's IDF here counts only the user's memories of a term (over the whole
-    collection's size), and the ranking is better with every user's (ADR 0601). The
-    collection's counts come from `CollectionTerms`; the user's, from a count of the
-    user's own postings, kept and carried through the user's writes."""
+    A keyword search weighs each query term by the tenant's IDF over the engine's: the
+    engine's IDF here counts only the user's memories of a term (over the whole
+    collection's size), and the ranking is better with every user's (ADR 0601); only the
+    tenant's, so that no other tenant's data moves it. The tenant's counts come from
+    `CollectionTerms`; the user's, from a count of the user's own postings, kept and
+    carried through the user's writes."""
 
     def __init__(self, store: VectorStore) -> None:
         self._store = store
-        self.terms = CollectionTerms(self._count_users_terms, self._count_with_terms)
+        self.terms = CollectionTerms(self._count_tenants_terms, self._count_with_terms)
         self._user_df: OrderedDict[tuple[str, str], tuple[int, dict[int, int]]] = OrderedDict()
         self._user_df_lock = threading.Lock()
 
@@ -142,9 +151,7 @@ class UserTermSpace:
         # What the write replaces, read first: the counts lose its terms (by id: cheap).
         replaced = self.retrieve([p.id for p in points])
         self._store.upsert(shifted)
-        self.terms.changed(
-            [_terms_of(p.payload) for p in points], [_terms_of(p.payload) for p in replaced]
-        )
+        self.terms.changed(_written(points), _written(replaced))
         # A user whose own frequencies are kept: carried through the write, so that the
         # user's next question needs no count.
         for o, (generation, known) in kept.items():
@@ -169,7 +176,7 @@ class UserTermSpace:
     def delete(self, ids: Sequence[str]) -> None:
         gone = self.retrieve(ids)
         self._store.delete(ids)
-        self.terms.changed([], [_terms_of(p.payload) for p in gone])
+        self.terms.changed([], _written(gone))
 
     def delete_where(self, filter: Filter) -> int:
         deleted = self._store.delete_where(filter)
@@ -267,19 +274,23 @@ class UserTermSpace:
     # ------------------------------------------------------------------ keyword weights
 
     def _weights(self, flt: Filter | None, terms: Sequence[int]) -> list[float] | None:
-        """Each query term's collection IDF over the engine's; None: no statistics yet
-        (the engine's IDF alone)."""
-        collection = self.terms.frequencies(terms)
+        """Each query term's IDF over the tenant's memories over the engine's (the user's
+        over the store's size); None: no statistics yet (the engine's IDF alone)."""
         owner = None if flt is None else owner_of(flt)
-        if collection is None or owner is None:
+        if owner is None:
             return None
-        total, df = collection
+        tenant = self.terms.frequencies(owner[0], terms)
+        if tenant is None:
+            return None
         mine = self._user_frequencies(owner, terms)
-        # The collection holds at least the user's own (a sample may have missed a rare
-        # term: this bound keeps a user's distinctive words rare, as they are).
+        # The tenant holds at least the user's own (a sample may have missed a rare term:
+        # this bound keeps a user's distinctive words rare, as they are). The engine's
+        # size cancels out: another tenant's writes change nothing here.
         return [
-            bm25_idf(total, max(n, m)) / bm25_idf(total, m) if m > 0 else 1.0
-            for n, m in zip(df, mine, strict=True)
+            bm25_idf(max(tenant.points, m), max(n, m)) / bm25_idf(max(tenant.store_points, m), m)
+            if m > 0
+            else 1.0
+            for n, m in zip(tenant.df, mine, strict=True)
         ]
 
     def _user_frequencies(self, owner: tuple[str, str], terms: Sequence[int]) -> list[int]:
@@ -303,37 +314,47 @@ class UserTermSpace:
                         self._user_df.popitem(last=False)
         return [known[t] for t in terms]
 
-    def _count_users_terms(self) -> Iterator[Part]:
-        """Each user's points and term frequencies, users in random order (a prefix of
-        them is a sample); the encoder's ids. A user's terms come from the term index
-        (`facet`: ~10 µs a point, but ~30 ms whatever the user's size at 1M points) or,
-        for a small user, from a scroll of their points' terms (~50 µs a point)."""
-        owners = [
-            ((str(tenant), str(user)), points)
-            for tenant in self._store.facet(None, "tenant")
-            for user, points in self._store.facet(
-                Filter(must=[MatchValue("tenant", tenant)]), "user_id"
-            ).items()
-        ]
-        random.shuffle(owners)
-        for owner, points in owners:
-            only_owner = _owner_filter(owner)
-            if points >= FACET_FROM:
-                df = self.facet(only_owner, TERMS_FIELD)
-                yield self._store.count(_with_terms(only_owner)), {int(t): n for t, n in df.items()}
-                continue
-            counted: Counter[int] = Counter()
-            held = 0
-            for page in every_page(self, only_owner, limit=1000, fields=[]):
-                for point in page:
-                    terms = _terms_of(point.payload)
-                    if terms:
-                        held += 1
-                        counted.update(terms)
-            yield held, counted
+    def _count_tenants_terms(self) -> Iterator[TenantParts]:
+        """Each tenant's users' parts, tenants in random order (a prefix of them is a
+        sample)."""
+        tenants = [str(t) for t in self._store.facet(None, "tenant")]
+        random.shuffle(tenants)
+        for tenant in tenants:
+            yield tenant, self._count_users_terms(tenant)
 
-    def _count_with_terms(self) -> int:
-        return self._store.count(_with_terms(None))
+    def _count_users_terms(self, tenant: str) -> Iterator[UserPart]:
+        """Each of the tenant's users, in random order (a prefix of them is a sample), with
+        how to read their term frequencies."""
+        users = list(
+            self._store.facet(Filter(must=[MatchValue("tenant", tenant)]), "user_id").items()
+        )
+        random.shuffle(users)
+        for user, points in users:
+            yield str(user), partial(self._user_terms, (tenant, str(user)), points)
+
+    def _user_terms(self, owner: tuple[str, str], points: int) -> Part:
+        """The owner's points holding a term, and how many hold each (the encoder's ids):
+        from the term index (`facet`: ~10 µs a point, but ~30 ms whatever the user's size
+        at 1M points) or, for a small user, from a scroll of their points' terms (~50 µs a
+        point)."""
+        only_owner = _owner_filter(owner)
+        if points >= FACET_FROM:
+            df = self.facet(only_owner, TERMS_FIELD)
+            held = self._store.count(_with_terms(only_owner))
+            return held, {int(t): n for t, n in df.items()}
+        counted: Counter[int] = Counter()
+        held = 0
+        for page in every_page(self, only_owner, limit=1000, fields=[]):
+            for point in page:
+                terms = _terms_of(point.payload)
+                if terms:
+                    held += 1
+                    counted.update(terms)
+        return held, counted
+
+    def _count_with_terms(self, tenant: str | None) -> int:
+        only = None if tenant is None else Filter(must=[MatchValue("tenant", tenant)])
+        return self._store.count(_with_terms(only))
 
 
 def _owner_filter(owner: tuple[str, str]) -> Filter:
@@ -347,6 +368,14 @@ def _with_terms(flt: Filter | None) -> Filter:
 
 def _owners(payloads: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
     return {o for p in payloads if (o := payload_owner(p)) is not None}
+
+
+def _written(points: Iterable[VectorPoint | StoredPoint]) -> list[Written]:
+    """Each point's tenant, user and term ids, as `CollectionTerms` counts them."""
+    return [
+        (str(p.payload.get("tenant", "")), str(p.payload.get("user_id", "")), _terms_of(p.payload))
+        for p in points
+    ]
 
 
 def _terms_of(payload: Mapping[str, Any]) -> Sequence[int]:
