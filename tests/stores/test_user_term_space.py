@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from memoryd.core.memory import term_space
-from memoryd.core.memory.collection_terms import CollectionTerms
+from memoryd.core.memory.tenant_terms import TenantTerms
 from memoryd.core.memory.term_space import UserTermSpace, in_term_space, salt_of
 from memoryd.core.retrieval.bm25 import BM25Encoder
 from memoryd.stores.vectors.port import (
@@ -117,7 +117,7 @@ def test_keyword_scores_are_those_of_one_shared_space(
     # A user's terms are counted from the term index or from their points (by size).
     monkeypatch.setattr(term_space, "FACET_FROM", facet_from)
     spaced.terms.close()
-    spaced.terms = CollectionTerms(spaced._count_tenants_terms, spaced._count_with_terms)
+    spaced.terms = TenantTerms(spaced._count_tenants_terms, spaced._count_with_terms)
     # alice's words are rare among everyone's memories, bob's "skiing" is common: the
     # engine counts only a user's own postings here, the weights are the collection's.
     first = [

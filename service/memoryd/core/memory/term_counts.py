@@ -32,9 +32,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from memoryd.core.memory.collection_terms import bm25_idf
 from memoryd.core.memory.derived import DerivedCache, Held, Owner
 from memoryd.core.memory.filter_eval import selects
+from memoryd.core.memory.tenant_terms import bm25_idf
 from memoryd.stores.vectors.port import (
     TERMS_FIELD,
     Filter,

@@ -15,7 +15,7 @@ owner (its payload's tenant and user_id); keyword searches and `count_each` over
 `term_ids` shift the query's ids by the filter's owner, which they must name; every point
 read back is shifted back. The engine's IDF then counts only the user's own memories of
 a term; a keyword search weighs each query term back to the IDF over every user of the
-tenant, from the counts `CollectionTerms` keeps (the ranking of a space shared by the
+tenant, from the counts `TenantTerms` keeps (the ranking of a space shared by the
 tenant's users: ADR 0601's addendums; never another tenant's counts).
 The store's metadata says which space its ids are in
 (`TERM_SPACE_KEY`): stores created before it keep the shared space until `memoryd
@@ -33,10 +33,10 @@ from dataclasses import replace
 from functools import lru_cache, partial
 from typing import Any
 
-from memoryd.core.memory.collection_terms import (
-    CollectionTerms,
+from memoryd.core.memory.tenant_terms import (
     Part,
     TenantParts,
+    TenantTerms,
     UserPart,
     Written,
     bm25_idf,
@@ -122,12 +122,12 @@ class UserTermSpace:
     engine's IDF here counts only the user's memories of a term (over the whole
     collection's size), and the ranking is better with every user's (ADR 0601); only the
     tenant's, so that no other tenant's data moves it. The tenant's counts come from
-    `CollectionTerms`; the user's, from a count of the user's own postings, kept and
+    `TenantTerms`; the user's, from a count of the user's own postings, kept and
     carried through the user's writes."""
 
     def __init__(self, store: VectorStore) -> None:
         self._store = store
-        self.terms = CollectionTerms(self._count_tenants_terms, self._count_with_terms)
+        self.terms = TenantTerms(self._count_tenants_terms, self._count_with_terms)
         self._user_df: OrderedDict[tuple[str, str], tuple[int, dict[int, int]]] = OrderedDict()
         self._user_df_lock = threading.Lock()
 
@@ -371,7 +371,7 @@ def _owners(payloads: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
 
 
 def _written(points: Iterable[VectorPoint | StoredPoint]) -> list[Written]:
-    """Each point's tenant, user and term ids, as `CollectionTerms` counts them."""
+    """Each point's tenant, user and term ids, as `TenantTerms` counts them."""
     return [
         (str(p.payload.get("tenant", "")), str(p.payload.get("user_id", "")), _terms_of(p.payload))
         for p in points

@@ -11,11 +11,11 @@ from functools import partial
 
 import pytest
 
-from memoryd.core.memory.collection_terms import (
-    CollectionTerms,
+from memoryd.core.memory.tenant_terms import (
     Frequencies,
     Part,
     TenantParts,
+    TenantTerms,
     UserPart,
     Written,
     bm25_idf,
@@ -76,8 +76,8 @@ def one_tenant(users: dict[str, Points]) -> Store:
     return Store({"acme": users})
 
 
-def table(store: Store, **kwargs: int) -> CollectionTerms:
-    return CollectionTerms(store, store.count, **kwargs)
+def table(store: Store, **kwargs: int) -> TenantTerms:
+    return TenantTerms(store, store.count, **kwargs)
 
 
 def stats(points: float, df: list[float], store: float | None = None) -> Frequencies:

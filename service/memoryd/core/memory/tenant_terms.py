@@ -110,7 +110,7 @@ def _unread(
     return [w for w in points if write > read_after.get((w[0], w[1]), 0)]
 
 
-class CollectionTerms:
+class TenantTerms:
     """The table (module docstring). Thread-safe: writes and searches run in the store's
     worker threads, the recount in its own."""
 
