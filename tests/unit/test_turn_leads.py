@@ -110,6 +110,18 @@ async def test_the_lead_is_the_end_of_a_long_turn(tmp_path: Path, clock: Movable
     assert said[-1] == "Ben: any plans?\nAna: None."
 
 
+async def test_a_long_transcript_line_lends_its_speakers_name_as_metadata_would(
+    tmp_path: Path, clock: MovableClock
+) -> None:
+    scope = Scope(tenant=USER.tenant, user_id=USER.user_id, session_id="s1")
+    turns = [
+        AddCommand(scope=scope, tier=Tier.LONG_TERM, content=text, kind=Kind.MESSAGE)
+        for text in ("Ben: A long story, and then: any plans?", "Ana: None.", "Ben: Lunch?")
+    ]
+    said = await _said_with(16, turns, tmp_path, clock)
+    assert said[1:] == ["Ben: then: any plans?\nAna: None.", "Ana: None.\nBen: Lunch?"]
+
+
 async def test_no_lead_when_switched_off(tmp_path: Path, clock: MovableClock) -> None:
     turns = [_turn("s1", "Ben", "Any plans?"), _turn("s1", "Ana", "None.")]
     said = await _said_with(0, turns, tmp_path, clock)

@@ -22,7 +22,7 @@ from memoryd.core.models import (
     Source,
     Tier,
 )
-from memoryd.core.retrieval.conversation import SPEAKER_KEYS
+from memoryd.core.retrieval.conversation import SPEAKER_KEYS, speaker_of
 from memoryd.core.text import utf8_len
 from memoryd.core.tiers.bodies import body_payload, document_of, entity_of, episode_of, relation_of
 
@@ -190,11 +190,15 @@ def attach_lead(
 
 def lead_of(content: str, metadata: Mapping[str, Any], limit: int) -> str:
     """What a turn lends the embedding of the turn after it: its speaker and the last
-    `limit` characters of its text (the end of a turn is what the reply answers)."""
+    `limit` characters of its text (the end of a turn is what the reply answers). The
+    speaker is its metadata's, else the name its line begins with (ADR 0407), which a turn
+    longer than `limit` would otherwise lose."""
     if limit <= 0:
         return ""
     speaker = next((str(metadata[k]).strip() for k in SPEAKER_KEYS if metadata.get(k)), "")
     text = content[-limit:]
+    if not speaker and len(content) > limit:
+        speaker = speaker_of(metadata, content, said=True)
     return f"{speaker}: {text}" if speaker else text
 
 
