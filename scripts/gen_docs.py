@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from memoryd.settings import QuotaProfile, Settings
+from memoryd.settings import EMBEDDER_DEFAULTS, QuotaProfile, Settings
 from memoryd.telemetry.metrics import reference as metrics_reference
 from memoryd.transport.status_map import reference_markdown as errors_reference
 from memoryd.v1 import memory_pb2
@@ -47,6 +47,15 @@ def _default(field: FieldInfo) -> str:
     return f"`{value}`" if value not in (None, "") else "unset"
 
 
+# The settings whose default follows the embedder provider (settings.EMBEDDER_DEFAULTS).
+_FOLLOW_THE_EMBEDDER = {
+    f"MEMORYD_{block.upper()}__{name.upper()}"
+    for blocks in EMBEDDER_DEFAULTS.values()
+    for block, values in blocks.items()
+    for name in values
+}
+
+
 def _rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str]]:
     rows: list[tuple[str, str, str, str]] = []
     hints = typing.get_type_hints(model)
@@ -57,7 +66,10 @@ def _rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str]
             rows += _rows(annotation, f"{env}__")
             continue
         description = (field.description or "").replace("|", "\\|")
-        rows.append((env, _type_name(annotation), _default(field), description))
+        default = _default(field)
+        if env in _FOLLOW_THE_EMBEDDER:
+            default += " (or the provider's, below)"
+        rows.append((env, _type_name(annotation), default, description))
     return rows
 
 
@@ -75,6 +87,21 @@ def settings_reference() -> str:
     ]
     for env, kind, default, description in _rows(Settings, "MEMORYD_"):
         lines.append(f"| `{env}` | {kind} | {default} | {description} |")
+    lines += [
+        "",
+        "## Defaults that follow the embedder",
+        "",
+        "Where the operator sets no value, these follow `MEMORYD_EMBEDDER__PROVIDER`",
+        "(`settings.EMBEDDER_DEFAULTS`; a value set anywhere, even the default above, is kept).",
+        "",
+        "| provider | variable | default |",
+        "|---|---|---|",
+    ]
+    for provider, blocks in EMBEDDER_DEFAULTS.items():
+        for block, values in blocks.items():
+            for name, value in values.items():
+                env = f"MEMORYD_{block.upper()}__{name.upper()}"
+                lines.append(f"| `{provider}` | `{env}` | `{value}` |")
     lines += [
         "",
         "## Quota profile fields",

@@ -76,6 +76,20 @@ def test_a_ranking_value_the_operator_sets_wins_over_the_embedders_even_the_defa
     assert (minilm.min_score, minilm.fusion_keyword_weight) == (0.3, 0.6)
 
 
+@pytest.mark.parametrize(
+    ("provider", "calls", "backlog"),
+    [("minilm-onnx", 2, 16), ("mpnet-onnx", 2, 16), ("openai", 4, 1), ("minilm", 1, 1)],
+)
+def test_the_embedding_batcher_follows_the_provider_unless_set(
+    provider: str, calls: int, backlog: int
+) -> None:
+    embedder = Settings.explicit(embedder={"provider": provider}).embedder
+    assert (embedder.batch_concurrency, embedder.batch_parallel_backlog) == (calls, backlog)
+    chosen = {"provider": provider, "batch_concurrency": 1, "batch_parallel_backlog": 3}
+    embedder = Settings.explicit(embedder=chosen).embedder
+    assert (embedder.batch_concurrency, embedder.batch_parallel_backlog) == (1, 3)
+
+
 def test_a_missing_config_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(InvalidSettings, match="config file not found"):
         load_settings(tmp_path / "nope.toml")

@@ -154,21 +154,13 @@ def build_embedder(settings: Settings) -> Embedder:
 
 
 def build_batcher(settings: Settings, embedder: Embedder) -> EmbeddingBatcher:
-    cfg = settings.embedder
-    # A remote API hides its round trips best with a few calls in flight, started at once.
-    # A local model takes a core per call: a second call starts only for a backlog (Adds
-    # outrunning one core), not for each query of a trickle, whose batch of one would take
-    # a core from the event loop (ADR 0301). The torch models run one call at a time anyway.
-    onnx = (2, 16)
-    concurrency, backlog = {"openai": (4, 1), "minilm-onnx": onnx, "mpnet-onnx": onnx}.get(
-        cfg.provider, (1, 1)
-    )
+    cfg = settings.embedder  # its batching follows the provider (settings.EMBEDDER_DEFAULTS)
     return EmbeddingBatcher(
         embedder,
         max_batch=cfg.batch_max_size,
         max_wait_s=cfg.batch_max_wait_ms / 1000,
-        concurrency=cfg.batch_concurrency or concurrency,
-        parallel_backlog=cfg.batch_parallel_backlog or backlog,
+        concurrency=cfg.batch_concurrency,
+        parallel_backlog=cfg.batch_parallel_backlog,
     )
 
 

@@ -172,8 +172,8 @@ class EmbedderSettings(_Block):
         "minilm-onnx",
         description="minilm-onnx: local MiniLM on ONNX Runtime; minilm: the same model on "
         "torch (the same vector space); mpnet-onnx: local all-mpnet-base-v2 on ONNX Runtime "
-        "(better recall, ~9x the CPU per query, a space of its own; retrieval.min_score "
-        "and retrieval.fusion_keyword_weight then default to 0.32 and 0.4: ADR 0302); "
+        "(better recall, ~9x the CPU per query, a space of its own, ranking defaults of its "
+        "own: ADR 0302); "
         "mpnet: the same model on torch (the same vectors, slower); openai: an "
         "OpenAI-compatible API",
     )
@@ -205,17 +205,16 @@ class EmbedderSettings(_Block):
         description="Under load, longest a batch waits for more requests (a lone caller "
         "on an idle server never waits); 0: batches form only while the model is busy",
     )
-    batch_concurrency: int | None = Field(
-        None,
+    batch_concurrency: int = Field(
+        1,
         ge=1,
-        description="Embedding calls in flight at once (default: 2 minilm-onnx and mpnet-onnx, 4 "
-        "openai, 1 otherwise)",
+        description="Embedding calls in flight at once",
     )
-    batch_parallel_backlog: int | None = Field(
-        None,
+    batch_parallel_backlog: int = Field(
+        1,
         ge=1,
-        description="Texts that must wait before a further call starts beside a running one "
-        "(default: 16 minilm-onnx and mpnet-onnx, 1 otherwise); fewer join the next batch",
+        description="Texts that must wait before a further call starts beside a running one; "
+        "fewer join the next batch",
     )
     openai_api_key: str | None = Field(None, description="API key of the embeddings API")
     openai_base_url: str | None = Field(None, description="Any OpenAI-compatible endpoint")
@@ -236,8 +235,7 @@ class RetrievalSettings(_Block):
         0.3,
         ge=0,
         le=1,
-        description="Default min_score of Retrieve (unset: 0.32 with an mpnet embedder, "
-        "whose unrelated texts lie closer: ADR 0302)",
+        description="Default min_score of Retrieve",
     )
     filtered_min_score: float = Field(
         0.0,
@@ -286,8 +284,7 @@ class RetrievalSettings(_Block):
         ge=0,
         le=1,
         description="Ranking: weight of the min-max normalised BM25 score against the cosine "
-        "score in their convex fusion over the candidate pool (ADR 0400; unset: 0.4 with an "
-        "mpnet embedder, ADR 0302)",
+        "score in their convex fusion over the candidate pool (ADR 0400)",
     )
     adjacency_weight: float = Field(
         0.1,
@@ -757,12 +754,23 @@ class TlsSettings(_Block):
         return self
 
 
-# Retrieval defaults that differ with the embedder (ADR 0302): mpnet's cosines of unrelated
-# texts run higher (the relevance floor) and its dense side deserves more of the fusion;
-# chosen on the tune halves and the golden set, kept because they helped both report halves.
-EMBEDDER_RANKING: dict[str, dict[str, float]] = {
-    provider: {"min_score": 0.32, "fusion_keyword_weight": 0.4}
-    for provider in ("mpnet-onnx", "mpnet")
+# Defaults that differ with the embedder provider, by settings block and field: the one home
+# of such values (the settings reference prints this table). Where the operator set a value
+# (environment, file or code), it is kept, even the generic default.
+# - Batching (ADR 0301): a remote API hides its round trips best with a few calls in flight,
+#   started at once. A local ONNX model takes a core per call: a second call starts only for
+#   a backlog (Adds outrunning one core), not for each query of a trickle, whose batch of
+#   one would take a core from the event loop. The torch models run one call at a time.
+# - Ranking (ADR 0302): mpnet's cosines of unrelated texts run higher (the relevance floor)
+#   and its dense side deserves more of the fusion; chosen on the tune halves and the golden
+#   set, kept because they helped both report halves.
+_LOCAL_ONNX: dict[str, float] = {"batch_concurrency": 2, "batch_parallel_backlog": 16}
+_MPNET_RANKING: dict[str, float] = {"min_score": 0.32, "fusion_keyword_weight": 0.4}
+EMBEDDER_DEFAULTS: dict[str, dict[str, dict[str, float]]] = {
+    "minilm-onnx": {"embedder": _LOCAL_ONNX},
+    "mpnet-onnx": {"embedder": _LOCAL_ONNX, "retrieval": _MPNET_RANKING},
+    "mpnet": {"retrieval": _MPNET_RANKING},
+    "openai": {"embedder": {"batch_concurrency": 4}},
 }
 
 
@@ -838,13 +846,14 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _ranking_follows_the_embedder(self) -> Settings:
-        # Ranking values tuned for a model other than the default, where the operator set
-        # none (ADR 0302): an explicit value, even the default's, is kept.
-        tuned = EMBEDDER_RANKING.get(self.embedder.provider, {})
-        unset = {k: v for k, v in tuned.items() if k not in self.retrieval.model_fields_set}
-        if unset:
-            self.retrieval = self.retrieval.model_copy(update=unset)
+    def _defaults_follow_the_embedder(self) -> Settings:
+        # EMBEDDER_DEFAULTS where the operator set no value: an explicit one, even the
+        # generic default, is kept.
+        for name, values in EMBEDDER_DEFAULTS.get(self.embedder.provider, {}).items():
+            block: BaseModel = getattr(self, name)
+            unset = {k: v for k, v in values.items() if k not in block.model_fields_set}
+            if unset:
+                setattr(self, name, block.model_copy(update=unset))
         return self
 
     @classmethod
