@@ -32,19 +32,21 @@ from tests.support.redis_server import RedisServer
 # xdist would queue the files by their number of tests, most first: these (few tests,
 # each long) would come last, one worker running them while the others have nothing left.
 # Under xdist they are queued first, then every other file as xdist would order it.
-LONG_FILES = (
-    "tests/service/test_replica_processes.py",  # ~210 s
-    "tests/service/test_scale_out_quotas.py",  # ~175 s
-    "tests/service/test_tenant_isolation.py",  # ~110 s
-    "tests/test_deploy_files.py",  # ~105 s
-    "tests/test_benchmark_smoke.py",  # ~100 s
+LONG_FILES = (  # test seconds on a 2 vCPU AVX2 box, session 20 (`--durations=0`, per file)
+    "tests/test_benchmark_smoke.py",  # ~120 s
+    "tests/test_deploy_files.py",  # ~95 s
+    "tests/service/test_tenant_isolation.py",  # ~95 s
     "tests/stores/test_onnx_embedder.py",  # ~55 s
-    "tests/service/test_tenant_isolation_qdrant.py",  # ~55 s
-    "tests/service/test_faults.py",  # ~50 s
+    "tests/stores/test_mpnet_embedder.py",  # ~55 s
+    "tests/service/test_replica_processes.py",  # ~50 s
+    "tests/service/test_scale_out_quotas.py",  # ~45 s
+    "tests/console/test_console_browser.py",  # ~30 s
     "tests/clients/test_mcp_server.py",  # ~25 s
-    "tests/stores/test_mpnet_embedder.py",  # ~40 s
-    "tests/stores/test_term_counts_through_writes.py",  # ~20 s
-    "tests/service/test_crash_recovery.py",  # ~18 s
+    "tests/service/test_tenant_isolation_qdrant.py",  # ~25 s
+    "tests/stores/test_term_counts_through_writes.py",  # ~25 s
+    "tests/service/test_operability.py",  # ~20 s
+    "tests/service/test_crash_recovery.py",  # ~20 s
+    "tests/service/test_faults.py",  # ~20 s
 )
 
 
