@@ -32,6 +32,10 @@ _paused_log = EveryFewSeconds(log, interval_s=30.0)
 QUEUE_NAME = "write_behind"
 # The backlog is reported at most this often (each report asks the queue twice).
 _BACKLOG_EVERY_S = 1.0
+# A batch's lines are written this many at a time, the event loop free in between: a JSON
+# line costs ~40 µs (64 on a busy 2 vCPU box), so the 64 lines of a batch in one step held
+# every request for 2.5-4 ms; 16 hold them for under 1 ms.
+_LINES_PER_STEP = 16
 
 
 def _body(scope: Scope, message: MemoryRecord) -> dict[str, Any]:
@@ -117,7 +121,9 @@ class ConversationCopier:
             _log_copy_failure(exc, entries)
             await self._queue.release(ids)  # copied again (idempotently) on the next try
             raise
-        for entry, rid in zip(entries, _request_ids(entries), strict=True):
+        for n, (entry, rid) in enumerate(zip(entries, _request_ids(entries), strict=True)):
+            if n and not n % _LINES_PER_STEP:
+                await asyncio.sleep(0)
             log.info(
                 "conversation copy stored",
                 extra={
