@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 # Metadata keys naming who said something (see payload.CONTEXT_METADATA_KEYS).
 SPEAKER_KEYS = ("speaker", "author", "sender")
@@ -97,16 +98,29 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 # A transcript line, "Name: text": one to three words (capitalised: checked after the
 # match, in any script), then a colon and a space.
 _SPEAKER_PREFIX = re.compile(r"([^\W\d_][\w'.-]*(?: [^\W\d_][\w'.-]*){0,2}): ")
+# Where a line's name must have ended (three words of a name fit many times over).
+_NAME_CHARS = 120
 
 
 def speaker_of(metadata: Mapping[str, object], content: str, *, said: bool) -> str:
     """Who said a memory: its metadata's speaker (`SPEAKER_KEYS`), else, for a turn of a
     conversation, the name a transcript line begins with ("Priya: I adopted her"), the way
     chat logs are commonly stored."""
-    named = next((str(metadata[k]) for k in SPEAKER_KEYS if metadata.get(k)), "")
+    named = (
+        next((str(metadata[k]) for k in SPEAKER_KEYS if metadata.get(k)), "") if metadata else ""
+    )
     if named or not said:
         return named
-    line = _SPEAKER_PREFIX.match(content)
+    # A name holds no colon, so the line's first ": " ends it; the few names of a
+    # conversation come back for every candidate of every query: matched once each.
+    end = content.find(": ", 0, _NAME_CHARS)
+    return _line_speaker(content[: end + 2]) if end > 0 else ""
+
+
+@lru_cache(maxsize=4096)
+def _line_speaker(head: str) -> str:
+    """The name of a line beginning `head` ("Priya: "), or ""."""
+    line = _SPEAKER_PREFIX.fullmatch(head)
     if line is None or not all(word[0].isupper() for word in line.group(1).split(" ")):
         return ""
     return line.group(1)
