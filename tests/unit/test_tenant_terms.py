@@ -245,6 +245,43 @@ def test_a_write_during_a_recount_is_counted_once_whether_it_read_the_user_befor
     assert terms.frequencies("acme", [1, 9]) == stats(22, [20, 2])
 
 
+def test_a_recount_reads_a_user_only_between_their_writes() -> None:
+    store = one_tenant({"alice": [[1]] * 10})
+    terms = table(store)
+    alice = [("acme", "alice")]
+    with terms.writing(alice):  # a write under way when the recount comes to alice
+        terms.start()
+        assert not store.reading.wait(0.2)  # it waits for the write to end
+        store.tenants["acme"]["alice"].append([9])
+        terms.changed(written("acme", [9]))
+    assert terms.wait(10)
+    assert terms.frequencies("acme", [9]) == stats(11, [1])  # read, and not added again
+
+
+def test_a_users_write_waits_while_a_recount_reads_them() -> None:
+    store = one_tenant({"alice": [[1]] * 10})
+    terms = table(store)
+    store.gate = threading.Event()
+    terms.start()
+    assert store.reading.wait(10)
+    entered = threading.Event()
+
+    def write() -> None:
+        with terms.writing([("acme", "alice")]):
+            entered.set()
+            store.tenants["acme"]["alice"].append([9])
+            terms.changed(written("acme", [9]))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert not entered.wait(0.2)  # alice is being read
+    store.gate.set()
+    writer.join(10)
+    assert entered.is_set()
+    assert terms.wait(10)
+    assert terms.frequencies("acme", [9]) == stats(11, [1])  # not read: added from the write
+
+
 def test_a_failed_recount_is_started_again_by_the_next_search() -> None:
     store = one_tenant({"alice": [[1]] * 10})
     store.fail = True

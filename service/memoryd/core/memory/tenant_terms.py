@@ -39,7 +39,9 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import NamedTuple
 
 log = logging.getLogger(__name__)
@@ -105,8 +107,8 @@ def _holding(points: Sequence[Written]) -> int:
 def _unread(
     points: Sequence[Written], write: int, read_after: Mapping[tuple[str, str], int]
 ) -> list[Written]:
-    """The points of write number `write` that a recount did not read: of users it began
-    reading before the write, or never read."""
+    """The points of write number `write` that a recount did not read: of users it read
+    before the write, or never read."""
     return [w for w in points if write > read_after.get((w[0], w[1]), 0)]
 
 
@@ -130,6 +132,10 @@ class TenantTerms:
         self._min_sample = min_sample
         self._terms_limit = terms_limit
         self._lock = threading.Lock()
+        # A user's writes and a recount's read of that user take turns (`writing`).
+        self._turn = threading.Condition(self._lock)
+        self._writing: Counter[tuple[str, str]] = Counter()  # users with writes under way
+        self._reading: tuple[str, str] | None = None  # the user a recount reads, or waits for
         self._tenants: dict[str, _Counts] | None = None  # None: no recount has finished
         self._scaled: dict[str, float] = {}  # tenants counted over a sample: size / counted
         self._complete = False  # the last recount counted every tenant
@@ -138,7 +144,7 @@ class TenantTerms:
         self._partial_done: set[str] = set()  # and the tenants it has counted whole
         self._partial_store_points: int | None = None
         # Writes while a recount runs, numbered: the recount keeps those of a user after it
-        # began reading the user (the ones before, it read from the store).
+        # read the user (the ones before, it read from the store; none runs meanwhile).
         self._during: list[tuple[int, Sequence[Written], Sequence[Written]]] = []
         self._writes = 0
         self._upserted = 0  # points upserted since the last recount began
@@ -148,6 +154,25 @@ class TenantTerms:
         self._closed = threading.Event()
 
     # ------------------------------------------------------------------ writes
+
+    @contextmanager
+    def writing(self, owners: Iterable[tuple[str, str]]) -> Iterator[None]:
+        """Around a write of these users' points and its `changed`: a recount never reads a
+        user while a write of theirs is under way, so it counts each write once (read from
+        the store, or added from `changed`). Waits while a recount reads one of them."""
+        users = set(owners)
+        with self._turn:
+            self._turn.wait_for(lambda: self._reading not in users)
+            self._writing.update(users)
+        try:
+            yield
+        finally:
+            with self._turn:
+                self._writing.subtract(users)
+                for user in users:
+                    if self._writing[user] <= 0:
+                        del self._writing[user]
+                self._turn.notify_all()
 
     def changed(self, added: Sequence[Written], removed: Sequence[Written] = ()) -> None:
         """Points written with these tenants and term ids, and the points they replaced or
@@ -265,9 +290,13 @@ class TenantTerms:
                     if self._closed.is_set():
                         self._stopped()
                         return
-                    with self._lock:
-                        before = self._writes
-                    points, df = read()
+                    before = self._turn_to_read((tenant, user))
+                    try:
+                        points, df = read()
+                    finally:
+                        with self._turn:
+                            self._reading = None
+                            self._turn.notify_all()
                     with self._lock:
                         held = len(counts.df)
                         counts.merge(points, df)
@@ -292,14 +321,19 @@ class TenantTerms:
             return
         with self._lock:
             self._complete, self._scaled = complete, scaled
-            # Writes during the recount that it did not read: those of a user after it began
-            # reading the user (one while it read may be counted twice until the next
-            # recount), and those of users it never read (new ones).
+            # Writes during the recount that it did not read: those of a user after it read
+            # the user, and those of users it never read (new ones).
             for n, added, removed in self._during:
                 self._apply(tenants, _unread(added, n, read_after), _unread(removed, n, read_after))
             self._during = []
             self._counted = counted
-            self._store_points = self._partial_store_points or 0
+            # Every tenant counted: the store's points are theirs, exactly (a count taken
+            # beside concurrent writes is not). Else the count at the start, kept up.
+            self._store_points = (
+                sum(c.total for c in tenants.values())
+                if complete
+                else self._partial_store_points or 0
+            )
             self._tenants, self._partial, self._thread = tenants, None, None
             self._partial_store_points = None
         log.info(
@@ -309,6 +343,15 @@ class TenantTerms:
             len(tenants),
             "" if complete else f"; stopped at {counted} points, a sample",
         )
+
+    def _turn_to_read(self, user: tuple[str, str]) -> int:
+        """Waits until no write of `user` is under way (new ones wait meanwhile) and marks
+        the user read; returns the number of the last write so far."""
+        with self._turn:
+            self._reading = user
+            while self._writing[user] and not self._closed.is_set():
+                self._turn.wait(0.1)
+            return self._writes
 
     def _stopped(self) -> None:
         with self._lock:

@@ -148,10 +148,11 @@ class UserTermSpace:
         with self._user_df_lock:
             kept = {o: self._user_df[o] for o in owners if o in self._user_df}
         before = {o: self._store.generation(*o) for o in kept}
-        # What the write replaces, read first: the counts lose its terms (by id: cheap).
-        replaced = self.retrieve([p.id for p in points])
-        self._store.upsert(shifted)
-        self.terms.changed(_written(points), _written(replaced))
+        with self.terms.writing(owners):
+            # What the write replaces, read first: the counts lose its terms (by id: cheap).
+            replaced = self.retrieve([p.id for p in points])
+            self._store.upsert(shifted)
+            self.terms.changed(_written(points), _written(replaced))
         # A user whose own frequencies are kept: carried through the write, so that the
         # user's next question needs no count.
         for o, (generation, known) in kept.items():
@@ -175,8 +176,9 @@ class UserTermSpace:
 
     def delete(self, ids: Sequence[str]) -> None:
         gone = self.retrieve(ids)
-        self._store.delete(ids)
-        self.terms.changed([], _written(gone))
+        with self.terms.writing(_owners(p.payload for p in gone)):
+            self._store.delete(ids)
+            self.terms.changed([], _written(gone))
 
     def delete_where(self, filter: Filter) -> int:
         deleted = self._store.delete_where(filter)
