@@ -229,9 +229,7 @@ def test_writes_during_a_recount_are_kept() -> None:
     assert terms.frequencies("acme", [1, 9]) == stats(12, [10, 2])
 
 
-def test_a_write_during_a_recount_is_counted_once_whether_it_read_the_user_before_or_after() -> (
-    None
-):
+def test_a_write_during_a_recount_counts_once_whether_its_user_was_read_before_or_after() -> None:
     store = one_tenant({"alice": [[1]] * 10, "bob": [[1]] * 10})
     terms = table(store)
     store.pause_after = "alice"
