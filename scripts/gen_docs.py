@@ -47,13 +47,14 @@ def _default(field: FieldInfo) -> str:
     return f"`{value}`" if value not in (None, "") else "unset"
 
 
-# The settings whose default follows the embedder provider (settings.EMBEDDER_DEFAULTS).
-_FOLLOW_THE_EMBEDDER = {
-    f"MEMORYD_{block.upper()}__{name.upper()}"
-    for blocks in EMBEDDER_DEFAULTS.values()
+# Each provider's own defaults (settings.EMBEDDER_DEFAULTS): provider, variable, value.
+PROVIDER_ROWS = [
+    (provider, f"MEMORYD_{block.upper()}__{name.upper()}", value)
+    for provider, blocks in EMBEDDER_DEFAULTS.items()
     for block, values in blocks.items()
-    for name in values
-}
+    for name, value in values.items()
+]
+_FOLLOW_THE_EMBEDDER = {env for _, env, _ in PROVIDER_ROWS}
 
 
 def _rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str]]:
@@ -97,11 +98,7 @@ def settings_reference() -> str:
         "| provider | variable | default |",
         "|---|---|---|",
     ]
-    for provider, blocks in EMBEDDER_DEFAULTS.items():
-        for block, values in blocks.items():
-            for name, value in values.items():
-                env = f"MEMORYD_{block.upper()}__{name.upper()}"
-                lines.append(f"| `{provider}` | `{env}` | `{value}` |")
+    lines += [f"| `{provider}` | `{env}` | `{value}` |" for provider, env, value in PROVIDER_ROWS]
     lines += [
         "",
         "## Quota profile fields",

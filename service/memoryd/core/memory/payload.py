@@ -195,10 +195,9 @@ def lead_of(content: str, metadata: Mapping[str, Any], limit: int) -> str:
     longer than `limit` would otherwise lose."""
     if limit <= 0:
         return ""
-    speaker = next((str(metadata[k]).strip() for k in SPEAKER_KEYS if metadata.get(k)), "")
+    # A line within `limit` lends its own "Name: " already.
+    speaker = speaker_of(metadata, content, said=len(content) > limit).strip()
     text = content[-limit:]
-    if not speaker and len(content) > limit:
-        speaker = speaker_of(metadata, content, said=True)
     return f"{speaker}: {text}" if speaker else text
 
 

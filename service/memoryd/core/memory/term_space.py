@@ -327,9 +327,7 @@ class UserTermSpace:
     def _count_users_terms(self, tenant: str) -> Iterator[UserPart]:
         """Each of the tenant's users, in random order (a prefix of them is a sample), with
         how to read their term frequencies."""
-        users = list(
-            self._store.facet(Filter(must=[MatchValue("tenant", tenant)]), "user_id").items()
-        )
+        users = list(self._store.facet(_tenant_filter(tenant), "user_id").items())
         random.shuffle(users)
         for user, points in users:
             yield str(user), partial(self._user_terms, (tenant, str(user)), points)
@@ -355,8 +353,11 @@ class UserTermSpace:
         return held, counted
 
     def _count_with_terms(self, tenant: str | None) -> int:
-        only = None if tenant is None else Filter(must=[MatchValue("tenant", tenant)])
-        return self._store.count(_with_terms(only))
+        return self._store.count(_with_terms(None if tenant is None else _tenant_filter(tenant)))
+
+
+def _tenant_filter(tenant: str) -> Filter:
+    return Filter(must=[MatchValue("tenant", tenant)])
 
 
 def _owner_filter(owner: tuple[str, str]) -> Filter:
@@ -374,10 +375,7 @@ def _owners(payloads: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
 
 def _written(points: Iterable[VectorPoint | StoredPoint]) -> list[Written]:
     """Each point's tenant, user and term ids, as `TenantTerms` counts them."""
-    return [
-        (str(p.payload.get("tenant", "")), str(p.payload.get("user_id", "")), _terms_of(p.payload))
-        for p in points
-    ]
+    return [(*(payload_owner(p.payload) or ("", "")), _terms_of(p.payload)) for p in points]
 
 
 def _terms_of(payload: Mapping[str, Any]) -> Sequence[int]:
