@@ -161,6 +161,7 @@ def build_batcher(settings: Settings, embedder: Embedder) -> EmbeddingBatcher:
         max_wait_s=cfg.batch_max_wait_ms / 1000,
         concurrency=cfg.batch_concurrency,
         parallel_backlog=cfg.batch_parallel_backlog,
+        background_nice=cfg.background_nice,
     )
 
 

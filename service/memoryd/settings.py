@@ -216,6 +216,13 @@ class EmbedderSettings(_Block):
         description="Texts that must wait before a further call starts beside a running one; "
         "fewer join the next batch",
     )
+    background_nice: int = Field(
+        19,
+        ge=0,
+        le=19,
+        description="Niceness of the thread embedding background work (conversation "
+        "copies), which has its own batches: requests take the cores first; 0: as requests",
+    )
     openai_api_key: str | None = Field(None, description="API key of the embeddings API")
     openai_base_url: str | None = Field(None, description="Any OpenAI-compatible endpoint")
     openai_model: str = Field("text-embedding-3-small", description="Embedding model name")

@@ -116,6 +116,46 @@ async def test_a_failed_batch_is_released_and_copied_once_the_store_answers(
         await eventually(failed_copied_too)
 
 
+async def test_a_copy_in_the_embedder_never_holds_a_request_up(
+    openai_api: OpenAIStub, tmp_path: Path, user_id: str
+) -> None:
+    """The copy embeds in a lane of its own: while the embeddings API holds the copy's
+    call, another user's long-term Add, which embeds too, is answered (one call in flight
+    per lane; the copy holds its own user's lock)."""
+    settings = Settings(
+        listen="127.0.0.1:0",
+        metrics={"listen": "127.0.0.1:0"},
+        data_dir=tmp_path,
+        embedder={
+            "provider": "openai",
+            "openai_base_url": openai_api.url,
+            "openai_api_key": "k",
+            "openai_dimensions": 8,
+            "batch_concurrency": 1,
+        },
+    )
+    sc = scope(user_id, session_id="s")
+    openai_api.behaviour.hold = FAILED
+    async with serving(settings) as (_, stub):
+        await stub.Add(pb.AddRequest(scope=sc, tier=pb.TIER_SHORT_TERM, content=FAILED))
+
+        async def copy_in_the_embedder() -> bool:
+            return any(FAILED in r.body["input"] for r in openai_api.requests)
+
+        await eventually(copy_in_the_embedder)
+        added = await stub.Add(
+            pb.AddRequest(scope=scope(f"{user_id}-b"), tier=pb.TIER_LONG_TERM, content=LATER),
+            timeout=LIVENESS_S,
+        )
+        assert added.memory_id
+        openai_api.behaviour.released.set()
+
+        async def copied() -> bool:
+            return FAILED in await messages_found(stub, user_id, "food allergies")
+
+        await eventually(copied)
+
+
 async def test_drain_waits_for_a_queue_that_comes_back(
     openai_api: OpenAIStub, tmp_path: Path, user_id: str
 ) -> None:

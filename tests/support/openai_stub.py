@@ -75,6 +75,9 @@ class StubBehaviour:
     # Chat completions: these replies in order, then `chat_default` for every request.
     chat_replies: list[ChatReply] = field(default_factory=list)
     chat_default: ChatReply = field(default_factory=ChatReply)
+    # An embeddings request with this text among its inputs waits until `released` is set.
+    hold: str | None = None
+    released: threading.Event = field(default_factory=threading.Event)
     # The most chat requests the stub was answering at one time.
     max_in_flight: int = 0
     in_flight: int = 0
@@ -106,6 +109,8 @@ class _StubHandler(BaseHTTPRequestHandler):
             return
         if behaviour.delay_s:
             time.sleep(behaviour.delay_s)
+        if behaviour.hold is not None and behaviour.hold in body["input"]:
+            behaviour.released.wait()
         if behaviour.status != 200:
             self._reply(
                 behaviour.status,
@@ -225,6 +230,7 @@ class OpenAIStub:
         if self._stopped:
             return
         self._stopped = True
+        self._server.behaviour.released.set()  # a held request ends
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)

@@ -8,11 +8,15 @@ requests arrive, without relying on timing.
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import threading
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
 from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
+from memoryd.core.tasks import in_background
 from memoryd.stores.embeddings.cache import CachedEmbedder
 from memoryd.stores.embeddings.port import EmbedderUnavailable
 from tests.unit.unit_kit import LIVENESS_S, GatedEmbedder, HashEmbedder
@@ -276,6 +280,48 @@ async def test_without_a_backlog_threshold_each_free_slot_takes_what_waits(
     assert model.calls == [["first"], ["q0"]]
     model.release()
     await asyncio.wait_for(asyncio.gather(first, queued), LIVENESS_S)
+    await batcher.close()
+
+
+async def background(batcher: EmbeddingBatcher, texts: list[str]) -> list[list[float]]:
+    with in_background():
+        return await batcher.embed(texts)
+
+
+async def test_background_work_has_a_lane_of_its_own_that_never_holds_a_request_up(
+    model: GatedEmbedder,
+) -> None:
+    batcher = EmbeddingBatcher(model, max_batch=8, background_nice=0)
+    copy = await model.hold(lambda: background(batcher, ["copy 1", "copy 2"]))
+    query = asyncio.create_task(batcher.embed(["query"]))
+    await model.until_calls(2)  # beside the held call, though one call at a time per lane
+    assert model.calls == [["copy 1", "copy 2"], ["query"]]
+    model.release()
+    assert await asyncio.wait_for(query, LIVENESS_S) == [alone("query")]
+    assert await asyncio.wait_for(copy, LIVENESS_S) == [alone("copy 1"), alone("copy 2")]
+    stats = batcher.stats()  # both lanes
+    assert (stats.requests, stats.batches, stats.texts) == (2, 2, 3)
+    await batcher.close()
+
+
+class NicenessOfEachCall(HashEmbedder):
+    def __init__(self) -> None:
+        self.niceness: dict[str, int] = {}
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        thread = threading.get_native_id()
+        self.niceness[texts[0]] = os.getpriority(os.PRIO_PROCESS, thread)
+        return super().embed(texts)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own niceness is Linux's")
+async def test_background_work_is_embedded_at_the_background_niceness() -> None:
+    model = NicenessOfEachCall()
+    batcher = EmbeddingBatcher(model, background_nice=19)
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    await background(batcher, ["copy"])
+    await batcher.embed(["query"])
+    assert model.niceness == {"copy": 19, "query": own}
     await batcher.close()
 
 

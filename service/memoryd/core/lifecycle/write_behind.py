@@ -20,7 +20,7 @@ from memoryd.core.errors import MemorydError, StoreUnavailable
 from memoryd.core.models import Kind, MemoryRecord, Role, Scope, Tier
 from memoryd.core.observe import NullObserver, Observer, request_id
 from memoryd.core.ratelimit_log import EveryFewSeconds
-from memoryd.core.tasks import stop_task
+from memoryd.core.tasks import in_background, stop_task
 from memoryd.core.tiers.long_term import LongTermTier
 from memoryd.settings import WriteBehindSettings
 from memoryd.stores.queue.port import QueueDown, QueueEntry, WriteBehindQueue
@@ -210,14 +210,17 @@ class ConversationCopier:
         retrying = AsyncRetrying(
             wait=wait_fixed(self._settings.retry_seconds), before_sleep=self._on_failure
         )
-        async for attempt in retrying:
-            with attempt:
-                while True:
-                    await self._maybe_report_backlog()
-                    await self.drain_once(wait_s=1.0)
-                    if self._failing_since is not None:
-                        log.info("conversation copy resumed")
-                    self._failing_since = None
+        # The copy yields to requests (the embedder's background lane); an erasure's or a
+        # shutdown's copy of the queue is not in this task, so it is a request's.
+        with in_background():
+            async for attempt in retrying:
+                with attempt:
+                    while True:
+                        await self._maybe_report_backlog()
+                        await self.drain_once(wait_s=1.0)
+                        if self._failing_since is not None:
+                            log.info("conversation copy resumed")
+                        self._failing_since = None
 
     def _on_failure(self, state: RetryCallState) -> None:
         self._failed()
