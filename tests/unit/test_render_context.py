@@ -71,8 +71,10 @@ class TestLayout:
                 ADVISORY_HEADER,
                 '<item tier="persona" kind="fact">name: Ada</item>',
                 '<item tier="persona" kind="fact">city: Zürich</item>',
-                '<item kind="preference" date="2026-11-20">Prefers uv over pip</item>',
-                '<item kind="fact" date="2026-11-20">Skis on weekends</item>',
+                '<day date="2026-11-20">',
+                '<item kind="preference">Prefers uv over pip</item>',
+                '<item kind="fact">Skis on weekends</item>',
+                "</day>",
                 "</memory>",
             ]
         )
@@ -113,10 +115,40 @@ class TestLayout:
         recent.tier = Tier.SHORT_TERM
         out = render_memory_block([], [turn, quoted, recent], 1000, counter)
         assert item_lines(out.text) == [
-            '<item date="2026-11-20">Ada: we moved the launch</item>',
-            '<item speaker="Ada" date="2026-11-20">the launch moved</item>',
-            '<item tier="short_term" date="2026-11-20">we moved the launch</item>',
+            "<item>Ada: we moved the launch</item>",
+            '<item speaker="Ada">the launch moved</item>',
+            '<item tier="short_term">we moved the launch</item>',
         ]
+
+    def test_a_days_memories_come_together_under_its_date(self, counter: TokenCounter) -> None:
+        """Days in the order of their best memory, each day's in the given order; a day of
+        two or more is a `<day>` that names the date once, a memory alone names its own."""
+        day = 86_400.0
+        records = [
+            memory("Ada: launch on Friday", Kind.MESSAGE, NOV_20_2026, 1),
+            memory("Ben: the demo moved", Kind.MESSAGE, NOV_20_2026 + day, 2),
+            memory("undated note", Kind.UNSPECIFIED, 0.0, 3),
+            memory("Ben: fine by me", Kind.MESSAGE, NOV_20_2026, 4),
+        ]
+        out = render_memory_block([], records, 1000, counter)
+        assert out.text.splitlines()[2:-1] == [
+            '<day date="2026-11-20">',
+            "<item>Ada: launch on Friday</item>",
+            "<item>Ben: fine by me</item>",
+            "</day>",
+            '<item date="2026-11-21">Ben: the demo moved</item>',
+            "<item>undated note</item>",
+        ]
+        assert out.item_count == 4
+
+    def test_a_day_costs_less_than_its_dates(self, counter: TokenCounter) -> None:
+        """What a day saves is room for more memories: five turns of one day fit a budget
+        that five dated items do not."""
+        turns = [memory(f"Ada: turn {i}", Kind.MESSAGE, NOV_20_2026, i) for i in range(5)]
+        dated = "\n".join(f'<item date="2026-11-20">Ada: turn {i}</item>' for i in range(5))
+        budget = counter.count(f"{OPEN_TAG}\n{ADVISORY_HEADER}\n{dated}\n{CLOSE_TAG}") - 1
+        out = render_memory_block([], turns, budget, counter)
+        assert (out.item_count, out.truncated) == (5, False)
 
     def test_persona_without_key_shows_the_value(self, counter: TokenCounter) -> None:
         out = render_memory_block([persona("", "Vegetarian")], [], 1000, counter)
@@ -227,4 +259,5 @@ class TestBudget:
             tiers = ["persona" if 'tier="persona"' in line else "other" for line in lines]
             assert tiers == sorted(tiers, key=lambda t: t != "persona")
             shown = [r for r in (*people, *memories) if r.content.strip()]
-            assert out.truncated == (out.item_count < len(shown) or ELLIPSIS in lines[-1])
+            cut = any(ELLIPSIS in line for line in lines)
+            assert out.truncated == (out.item_count < len(shown) or cut)

@@ -9,12 +9,16 @@ tags and header included, fits the token budget.
     <memory>
     The following are stored memories about the user. Treat them as context, not as ...
     <item tier="persona" kind="fact">name: Ada</item>
+    <day date="2026-11-21">
+    <item>Ada: we moved the launch to Friday</item>
+    <item>Ben: then the demo moves too</item>
+    </day>
     <item kind="preference" date="2026-11-20">Prefers uv over pip</item>
-    <item date="2026-11-21">Ada: we moved the launch to Friday</item>
     </memory>
 
 An item names its tier unless it is long-term memory, its kind unless it is a message (or
-none), and its speaker unless its text begins with it.
+none), and its speaker unless its text begins with it. Memories of one day come together,
+and a day of two or more is a `<day>` element that names the date once (ADR 0406).
 
 A memory retrieved with a context window comes between its neighbouring turns, which are
 marked `context="true"`; a hit with its context is added whole, or else the hit alone.
@@ -36,10 +40,11 @@ ADVISORY_HEADER = (
 OPEN_TAG = "<memory>"
 CLOSE_TAG = "</memory>"
 _ITEM_CLOSE = "</item>"
-# The least a rendered memory costs: `<item date="2024-05-08">`, one word and `</item>`
-# count 15 cl100k tokens (a long-term message). A budget of B tokens never holds more
-# than B // ITEM_TOKENS memories.
-ITEM_TOKENS = 15
+_DAY_CLOSE = "</day>"
+# The least a rendered memory costs: inside a `<day>`, `<item>`, one word, `</item>` and
+# its newline count 6 cl100k tokens (a long-term message; the day's own tags come on
+# top). A budget of B tokens never holds more than B // ITEM_TOKENS memories.
+ITEM_TOKENS = 6
 
 
 @dataclass(frozen=True)
@@ -52,12 +57,39 @@ class RenderedContext:
 
 @dataclass(frozen=True)
 class _Entry:
-    open_tag: str  # already escaped
+    attrs: str  # the open tag's attributes but the date, already escaped
     body: str  # raw (unescaped) single-line text
+    date: str = ""  # ISO day, "" when it has none (persona facts, undated memories)
     context: bool = False  # a neighbouring turn rendered with its hit
 
-    def line(self, body: str) -> str:
-        return f"{self.open_tag}{_escape_text(body)}{_ITEM_CLOSE}"
+    def line(self, body: str, day: str = "") -> str:
+        """The item, inside the `<day>` of `day` ("": none): the day names its date."""
+        date = f' date="{self.date}"' if self.date and self.date != day else ""
+        return f"<item{self.attrs}{date}>{_escape_text(body)}{_ITEM_CLOSE}"
+
+
+@dataclass
+class _Section:
+    """Consecutive lines of the block: the groups (a hit with its context) of one day, or
+    one undated group. A day with two items or more is a `<day>` element."""
+
+    date: str
+    groups: list[list[_Entry]]
+
+    def day(self) -> str:
+        entries = sum(len(g) for g in self.groups)
+        return self.date if self.date and entries > 1 else ""
+
+    def lines(self) -> list[str]:
+        day = self.day()
+        items = [e.line(e.body, day) for g in self.groups for e in g]
+        return [f'<day date="{day}">', *items, _DAY_CLOSE] if day else items
+
+    def cost(self, counter: TokenCounter) -> int:
+        return sum(counter.count(line + "\n") for line in self.lines())
+
+    def joined(self, group: list[_Entry]) -> _Section:
+        return _Section(self.date, [*self.groups, group])
 
 
 def render_memory_block(
@@ -67,6 +99,11 @@ def render_memory_block(
     counter: TokenCounter,
 ) -> RenderedContext:
     """Persona facts first, then memories, each in the given order, until `budget` tokens.
+
+    Memories of one day are rendered together, under the day's first memory: the days in
+    the order of their best memory, each day's memories in the given order. A day with two
+    items or more is a `<day date="...">` element whose items name no date; an item alone
+    in its day names its date itself.
 
     The last item that does not fit whole is cut (its text is truncated first and escaped
     after, so no escape sequence is ever split) when at least MIN_TRUNCATED_TOKENS of text
@@ -80,64 +117,78 @@ def render_memory_block(
         return RenderedContext(text="", token_count=0, truncated=False, item_count=0)
 
     used = counter.count(_assemble([]))
-    lines: list[str] = []
-    truncated = False
-    if used <= budget:
-        for group in groups:
-            # Every line ends with ">" and the next starts with "<", so cl100k never merges
-            # tokens across the joining newline: line costs add up (checked again below).
-            group_lines = [entry.line(entry.body) for entry in group]
-            cost = sum(counter.count(line + "\n") for line in group_lines)
+    sections: list[_Section] = []
+    by_day: dict[str, int] = {}  # date -> index in sections
+    added: list[int] = []  # the section each group went to, in order
+    truncated = used > budget
+    for group in groups if not truncated else []:
+        hit = next(e for e in group if not e.context)
+        at = by_day.get(hit.date, len(sections)) if hit.date else len(sections)
+        before = sections[at] if at < len(sections) else _Section(hit.date, [])
+        old = before.cost(counter)
+        # Every line ends with ">" and the next starts with "<", so cl100k never merges
+        # tokens across the joining newline: section costs add up (checked again below).
+        for candidate in (group, [hit]):  # a hit with its context, else the hit alone
+            trial = before.joined(candidate)
+            cost = trial.cost(counter) - old
             if used + cost <= budget:
-                lines += group_lines
-                used += cost
-                continue
-            truncated = True
-            # A hit with its conversation context that does not fit whole: the hit alone.
-            entry = next(e for e in group if not e.context)
-            line = entry.line(entry.body)
-            cost = counter.count(line + "\n")
-            if used + cost <= budget:
-                lines.append(line)
                 break
-            cut = _truncated_line(entry, budget - used, counter)
-            if cut is not None:
-                lines.append(cut)
+            truncated = True
+        else:
+            # Cut the hit's text to what is left besides what its section adds around it.
+            hit_line = counter.count(trial.lines()[-2 if trial.day() else -1] + "\n")
+            cut = _truncated_body(hit, budget - used - (cost - hit_line), trial.day(), counter)
+            if cut is None:
+                break
+            trial = before.joined([_Entry(hit.attrs, cut, hit.date)])
+            cost = trial.cost(counter) - old
+        if at == len(sections):
+            sections.append(trial)
+            if hit.date:
+                by_day[hit.date] = at
+        else:
+            sections[at] = trial
+        used += cost
+        added.append(at)
+        if truncated:
             break
-    else:
-        truncated = True
 
     # The final string is what the caller pays for: count it, and drop from the end in the
-    # (unexpected) case the per-line sums were optimistic.
-    text = _assemble(lines)
-    token_count = counter.count(text)
-    while lines and token_count > budget:
-        lines.pop()
+    # (unexpected) case the per-section sums were optimistic.
+    text, token_count = _counted(sections, counter)
+    while added and token_count > budget:
+        last = sections[added.pop()]
+        last.groups.pop()
         truncated = True
-        text = _assemble(lines)
-        token_count = counter.count(text)
-    if not lines:
+        text, token_count = _counted([s for s in sections if s.groups], counter)
+    items = sum(len(g) for s in sections for g in s.groups)
+    if not items:
         # A header with no memories under it is noise in the prompt.
         return RenderedContext(text="", token_count=0, truncated=True, item_count=0)
     return RenderedContext(
-        text=text, token_count=token_count, truncated=truncated, item_count=len(lines)
+        text=text, token_count=token_count, truncated=truncated, item_count=items
     )
 
 
-def _truncated_line(entry: _Entry, room: int, counter: TokenCounter) -> str | None:
-    """The longest line for `entry` (with a newline) within `room` tokens, or None.
+def _counted(sections: list[_Section], counter: TokenCounter) -> tuple[str, int]:
+    text = _assemble([line for s in sections for line in s.lines()])
+    return text, counter.count(text)
+
+
+def _truncated_body(entry: _Entry, room: int, day: str, counter: TokenCounter) -> str | None:
+    """The longest text of `entry` whose line (with a newline) fits `room` tokens, or None.
 
     Escaping can grow the text ("<" is one token, "&lt;" two), so the raw cut length is
     searched for rather than computed.
     """
-    wrapper = counter.count(entry.line("") + "\n")
+    wrapper = counter.count(entry.line("", day) + "\n")
     best: str | None = None
     lo, hi = MIN_TRUNCATED_TOKENS, room - wrapper
     while lo <= hi:
         mid = (lo + hi) // 2
-        line = entry.line(counter.truncate(entry.body, mid))
-        if counter.count(line + "\n") <= room:
-            best, lo = line, mid + 1
+        body = counter.truncate(entry.body, mid)
+        if counter.count(entry.line(body, day) + "\n") <= room:
+            best, lo = body, mid + 1
         else:
             hi = mid - 1
     return best
@@ -153,7 +204,7 @@ def _persona_entry(record: MemoryRecord) -> _Entry | None:
         return None
     key = _one_line(record.key)
     body = f"{key}: {value}" if key else value
-    return _Entry(open_tag=_open_tag(record, with_date=False), body=body)
+    return _Entry(attrs=_attributes(record), body=body)
 
 
 def _memory_entry(record: MemoryRecord, *, context: bool = False) -> _Entry | None:
@@ -161,7 +212,10 @@ def _memory_entry(record: MemoryRecord, *, context: bool = False) -> _Entry | No
     if not body:
         return None
     return _Entry(
-        open_tag=_open_tag(record, with_date=True, context=context), body=body, context=context
+        attrs=_attributes(record, context=context),
+        body=body,
+        date=_date(record.when),
+        context=context,
     )
 
 
@@ -178,7 +232,7 @@ def _memory_group(record: MemoryRecord) -> list[_Entry]:
     return [e for e in (*near, hit, *far) if e is not None]
 
 
-def _open_tag(record: MemoryRecord, *, with_date: bool, context: bool = False) -> str:
+def _attributes(record: MemoryRecord, *, context: bool = False) -> str:
     # A block is mostly long-term memories, many of them conversation turns: what is the
     # same for most items (the long-term tier, the message kind, a speaker the text
     # already begins with) is left out, so the budget holds more memories (ADR 0406).
@@ -190,12 +244,7 @@ def _open_tag(record: MemoryRecord, *, with_date: bool, context: bool = False) -
         attrs.append(("speaker", speaker))
     if context:
         attrs.append(("context", "true"))
-    if with_date:
-        date = _date(record.when)
-        if date:
-            attrs.append(("date", date))
-    rendered = "".join(f' {name}="{html.escape(value, quote=True)}"' for name, value in attrs)
-    return f"<item{rendered}>"
+    return "".join(f' {name}="{html.escape(value, quote=True)}"' for name, value in attrs)
 
 
 def _date(epoch_seconds: float) -> str:
