@@ -28,12 +28,7 @@ def openai_api() -> Iterator[OpenAIStub]:
 def openai_settings(data: Path, stub: OpenAIStub) -> Settings:
     return Settings.explicit(
         data_dir=data,
-        embedder={
-            "provider": "openai",
-            "openai_base_url": stub.url,
-            "openai_api_key": "k",
-            "openai_dimensions": 8,
-        },
+        embedder=stub.embedder_settings(),
     )
 
 

@@ -79,12 +79,7 @@ async def test_a_failed_batch_is_released_and_copied_once_the_store_answers(
         listen="127.0.0.1:0",
         metrics={"listen": "127.0.0.1:0"},  # never the fixed default: workers run at once
         data_dir=tmp_path,
-        embedder={
-            "provider": "openai",
-            "openai_base_url": openai_api.url,
-            "openai_api_key": "k",
-            "openai_dimensions": 8,
-        },
+        embedder=openai_api.embedder_settings(),
         write_behind={"retry_seconds": 0.05},
         **redis_family,
     )
@@ -126,13 +121,7 @@ async def test_a_copy_in_the_embedder_never_holds_a_request_up(
         listen="127.0.0.1:0",
         metrics={"listen": "127.0.0.1:0"},
         data_dir=tmp_path,
-        embedder={
-            "provider": "openai",
-            "openai_base_url": openai_api.url,
-            "openai_api_key": "k",
-            "openai_dimensions": 8,
-            "batch_concurrency": 1,
-        },
+        embedder=openai_api.embedder_settings(batch_concurrency=1),
     )
     sc = scope(user_id, session_id="s")
     openai_api.behaviour.hold = FAILED
@@ -164,12 +153,7 @@ async def test_drain_waits_for_a_queue_that_comes_back(
         listen="127.0.0.1:0",
         metrics={"listen": "127.0.0.1:0"},
         data_dir=tmp_path / "data",
-        embedder={
-            "provider": "openai",
-            "openai_base_url": openai_api.url,
-            "openai_api_key": "k",
-            "openai_dimensions": 8,
-        },
+        embedder=openai_api.embedder_settings(),
         redis_url=redis.url,
     )
     try:

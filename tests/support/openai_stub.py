@@ -225,6 +225,16 @@ class OpenAIStub:
     def dim(self, value: int) -> None:
         self.behaviour.default_dim = value
 
+    def embedder_settings(self, **extra: object) -> dict[str, object]:
+        """The `embedder` settings of a server embedding through this stub."""
+        return {
+            "provider": "openai",
+            "openai_base_url": self.url,
+            "openai_api_key": "k",
+            "openai_dimensions": self.dim,
+            **extra,
+        }
+
     def stop(self) -> None:
         """Shut the server down and free its port; safe to call more than once."""
         if self._stopped:
