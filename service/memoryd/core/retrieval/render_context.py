@@ -26,7 +26,9 @@ marked `context="true"`; a hit with its context is added whole, or else the hit 
 
 from __future__ import annotations
 
+import functools
 import html
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -85,8 +87,8 @@ class _Section:
         items = [e.line(e.body, day) for g in self.groups for e in g]
         return [f'<day date="{day}">', *items, _DAY_CLOSE] if day else items
 
-    def cost(self, counter: TokenCounter) -> int:
-        return sum(counter.count(line + "\n") for line in self.lines())
+    def cost(self, line_cost: Callable[[str], int]) -> int:
+        return sum(map(line_cost, self.lines()))
 
     def joined(self, group: list[_Entry]) -> _Section:
         return _Section(self.date, [*self.groups, group])
@@ -117,6 +119,12 @@ def render_memory_block(
         return RenderedContext(text="", token_count=0, truncated=False, item_count=0)
 
     used = counter.count(_assemble([]))
+
+    # A day's lines are counted again each time it grows: each distinct line once.
+    @functools.cache
+    def line_cost(line: str) -> int:
+        return counter.count(line + "\n")
+
     sections: list[_Section] = []
     by_day: dict[str, int] = {}  # date -> index in sections
     added: list[int] = []  # the section each group went to, in order
@@ -125,23 +133,23 @@ def render_memory_block(
         hit = next(e for e in group if not e.context)
         at = by_day.get(hit.date, len(sections)) if hit.date else len(sections)
         before = sections[at] if at < len(sections) else _Section(hit.date, [])
-        old = before.cost(counter)
+        old = before.cost(line_cost)
         # Every line ends with ">" and the next starts with "<", so cl100k never merges
         # tokens across the joining newline: section costs add up (checked again below).
         for candidate in (group, [hit]):  # a hit with its context, else the hit alone
             trial = before.joined(candidate)
-            cost = trial.cost(counter) - old
+            cost = trial.cost(line_cost) - old
             if used + cost <= budget:
                 break
             truncated = True
         else:
             # Cut the hit's text to what is left besides what its section adds around it.
-            hit_line = counter.count(trial.lines()[-2 if trial.day() else -1] + "\n")
+            hit_line = line_cost(trial.lines()[-2 if trial.day() else -1])
             cut = _truncated_body(hit, budget - used - (cost - hit_line), trial.day(), counter)
             if cut is None:
                 break
             trial = before.joined([_Entry(hit.attrs, cut, hit.date)])
-            cost = trial.cost(counter) - old
+            cost = trial.cost(line_cost) - old
         if at == len(sections):
             sections.append(trial)
             if hit.date:
