@@ -102,8 +102,8 @@ def render_memory_block(
 ) -> RenderedContext:
     """Persona facts first, then memories, each in the given order, until `budget` tokens.
 
-    Memories of one day are rendered together, under the day's first memory: the days in
-    the order of their best memory, each day's memories in the given order. A day with two
+    Memories of one day are rendered together, where the day's first memory comes: the
+    days in the order of their best memory, each day's memories in the given order. A day with two
     items or more is a `<day date="...">` element whose items name no date; an item alone
     in its day names its date itself.
 
