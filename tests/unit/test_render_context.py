@@ -141,6 +141,27 @@ class TestLayout:
         ]
         assert out.item_count == 4
 
+    def test_a_hits_context_stays_with_it_and_names_a_date_of_its_own(
+        self, counter: TokenCounter
+    ) -> None:
+        """A session past midnight: the hit's day holds its neighbouring turns too, and a
+        turn of another day says which."""
+        hit = memory("Ada: see you tomorrow", Kind.MESSAGE, NOV_20_2026, 1)
+        hit.position = 2
+        before = memory("Ben: it is late", Kind.MESSAGE, NOV_20_2026, 2)
+        before.position = 1
+        after = memory("Ben: good night", Kind.MESSAGE, NOV_20_2026 + 86_400.0, 3)
+        after.position = 3
+        hit.context = [before, after]
+        out = render_memory_block([], [hit], 1000, counter)
+        assert out.text.splitlines()[2:-1] == [
+            '<day date="2026-11-20">',
+            '<item context="true">Ben: it is late</item>',
+            "<item>Ada: see you tomorrow</item>",
+            '<item context="true" date="2026-11-21">Ben: good night</item>',
+            "</day>",
+        ]
+
     def test_a_day_costs_less_than_its_dates(self, counter: TokenCounter) -> None:
         """What a day saves is room for more memories: five turns of one day fit a budget
         that five dated items do not."""
