@@ -42,6 +42,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,18 @@ class _Counts:
             df[term] = df.get(term, 0) + sign
 
 
+@dataclass
+class _Running:
+    """A running recount, as searches and writes see it until it finishes."""
+
+    counts: dict[str, _Counts] = field(default_factory=dict)  # its counts so far
+    done: set[str] = field(default_factory=set)  # the tenants it has counted whole
+    store_points: int | None = None  # the store's, counted at its start, kept up
+    # Writes meanwhile, numbered: it keeps those of a user after it read the user (the
+    # ones before, it read from the store; none runs meanwhile).
+    during: list[tuple[int, Sequence[Written], Sequence[Written]]] = field(default_factory=list)
+
+
 def _holding(points: Sequence[Written]) -> int:
     return sum(1 for _, _, ids in points if ids)
 
@@ -140,13 +153,8 @@ class TenantTerms:
         self._scaled: dict[str, float] = {}  # tenants counted over a sample: size / counted
         self._complete = False  # the last recount counted every tenant
         self._store_points = 0
-        self._partial: dict[str, _Counts] | None = None  # the running recount's counts so far
-        self._partial_done: set[str] = set()  # and the tenants it has counted whole
-        self._partial_store_points: int | None = None
-        # Writes while a recount runs, numbered: the recount keeps those of a user after it
-        # read the user (the ones before, it read from the store; none runs meanwhile).
-        self._during: list[tuple[int, Sequence[Written], Sequence[Written]]] = []
-        self._writes = 0
+        self._running: _Running | None = None
+        self._writes = 0  # writes numbered (`_Running.during`)
         self._upserted = 0  # points upserted since the last recount began
         self._removed = 0  # and deleted
         self._counted = 0
@@ -182,11 +190,12 @@ class TenantTerms:
             if self._tenants is not None:
                 self._store_points += delta
                 self._apply(self._tenants, added, removed)
-            if self._thread is not None:
+            running = self._running
+            if running is not None:
                 self._writes += 1
-                self._during.append((self._writes, added, removed))
-                if self._partial_store_points is not None:
-                    self._partial_store_points += delta
+                running.during.append((self._writes, added, removed))
+                if running.store_points is not None:
+                    running.store_points += delta
             self._upserted += len(added)
             self._start_if_due()
 
@@ -220,13 +229,13 @@ class TenantTerms:
                 counts = self._tenants.get(tenant)
                 scale, store = self._scaled.get(tenant, 1.0), self._store_points
             else:
-                partial, store_points = self._partial, self._partial_store_points
-                counts = None if partial is None else partial.get(tenant)
-                if counts is None or store_points is None:
+                running = self._running
+                counts = None if running is None else running.counts.get(tenant)
+                if running is None or counts is None or running.store_points is None:
                     return None
-                if tenant not in self._partial_done and counts.total < self._min_sample:
+                if tenant not in running.done and counts.total < self._min_sample:
                     return None
-                scale, store = 1.0, store_points
+                scale, store = 1.0, running.store_points
             if counts is None:
                 return None
             return Frequencies(
@@ -264,24 +273,22 @@ class TenantTerms:
             if self._upserted < due and self._removed < max(MIN_CHANGES, self._counted // 4):
                 return
         self._upserted = self._removed = 0
-        self._during = []
-        self._partial, self._partial_done, self._partial_store_points = {}, set(), None
+        running = self._running = _Running()
         self._thread = threading.Thread(
-            target=self._recount, name="memoryd-term-recount", daemon=True
+            target=self._recount, args=(running,), name="memoryd-term-recount", daemon=True
         )
         self._thread.start()
 
-    def _recount(self) -> None:
+    def _recount(self, running: _Running) -> None:
         started = time.monotonic()
-        tenants: dict[str, _Counts] = {}
+        tenants = running.counts
         scaled: dict[str, float] = {}
         read_after: dict[tuple[str, str], int] = {}  # a user's writes it read: up to this one
         counted, entries, complete = 0, 0, True
         try:
             store_points = self._count_store(None)
             with self._lock:
-                self._partial = tenants
-                self._partial_store_points = store_points
+                running.store_points = store_points
             for tenant, parts in self._read_tenants():
                 counts = _Counts()
                 with self._lock:
@@ -313,7 +320,7 @@ class TenantTerms:
                         scaled[tenant] = size / counts.total
                     break
                 with self._lock:
-                    self._partial_done.add(tenant)
+                    running.done.add(tenant)
         except Exception:  # a store down or closed: the next search starts another
             if not self._closed.is_set():
                 log.warning("recounting the keyword terms failed", exc_info=True)
@@ -323,19 +330,15 @@ class TenantTerms:
             self._complete, self._scaled = complete, scaled
             # Writes during the recount that it did not read: those of a user after it read
             # the user, and those of users it never read (new ones).
-            for n, added, removed in self._during:
+            for n, added, removed in running.during:
                 self._apply(tenants, _unread(added, n, read_after), _unread(removed, n, read_after))
-            self._during = []
             self._counted = counted
             # Every tenant counted: the store's points are theirs, exactly (a count taken
             # beside concurrent writes is not). Else the count at the start, kept up.
             self._store_points = (
-                sum(c.total for c in tenants.values())
-                if complete
-                else self._partial_store_points or 0
+                sum(c.total for c in tenants.values()) if complete else running.store_points or 0
             )
-            self._tenants, self._partial, self._thread = tenants, None, None
-            self._partial_store_points = None
+            self._tenants, self._running, self._thread = tenants, None, None
         log.info(
             "keyword statistics of %d memories counted in %.1f s (%d tenants%s)",
             store_points,
@@ -355,6 +358,5 @@ class TenantTerms:
 
     def _stopped(self) -> None:
         with self._lock:
-            self._partial, self._thread = None, None
-            self._partial_done, self._partial_store_points = set(), None
+            self._running, self._thread = None, None
             self._removed = max(self._removed, MIN_CHANGES)  # due again

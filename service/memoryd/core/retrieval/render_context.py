@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from memoryd.core.models import Kind, MemoryRecord, Tier
-from memoryd.core.retrieval.conversation import SPEAKER_KEYS
+from memoryd.core.retrieval.conversation import speaker_of
 from memoryd.core.retrieval.token_budget import MIN_TRUNCATED_TOKENS, TokenCounter
 
 ADVISORY_HEADER = (
@@ -144,8 +144,9 @@ def render_memory_block(
             truncated = True
         else:
             # Cut the hit's text to what is left besides what its section adds around it.
-            hit_line = line_cost(trial.lines()[-2 if trial.day() else -1])
-            cut = _truncated_body(hit, budget - used - (cost - hit_line), trial.day(), counter)
+            day = trial.day()
+            around = cost - line_cost(hit.line(hit.body, day))
+            cut = _truncated_body(hit, budget - used - around, day, counter)
             if cut is None:
                 break
             trial = before.joined([_Entry(hit.attrs, cut, hit.date)])
@@ -247,7 +248,7 @@ def _attributes(record: MemoryRecord, *, context: bool = False) -> str:
     attrs = [] if record.tier is Tier.LONG_TERM else [("tier", str(record.tier))]
     if record.kind not in (Kind.UNSPECIFIED, Kind.MESSAGE):
         attrs.append(("kind", str(record.kind)))
-    speaker = next((record.metadata[k] for k in SPEAKER_KEYS if record.metadata.get(k)), "")
+    speaker = speaker_of(record.metadata, "", said=False)  # its metadata's
     if speaker and not _one_line(record.content).startswith(f"{speaker}:"):
         attrs.append(("speaker", speaker))
     if context:
