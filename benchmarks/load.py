@@ -22,9 +22,10 @@ rate, and the configured embedder's own batched throughput on the long-term Adds
 Scenarios: health; add_<tier> for working, short_term, long_term, persona, episodic,
 structured; add_batch (skipped when the contract has no AddBatch); retrieve_cached and
 retrieve_new (the same few queries, or a new query every call) over one user with
-``--fill`` long-term memories; add_long_term_one_user (every caller adds for one
-user); retrieve_empty (a user with nothing); render_context (new
-queries over the filled user). Targets are read against benchmarks/README.md, never
+``--fill`` long-term memories; retrieve_talks (a new question naming a speaker every call,
+over a user with ``--fill`` conversation turns "Name: text"); add_long_term_one_user
+(every caller adds for one user); retrieve_empty (a user with nothing); render_context
+(new queries over the filled user). Targets are read against benchmarks/README.md, never
 checked in tests.
 """
 
@@ -63,6 +64,7 @@ from memoryd.v1 import memory_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 FILLED_USER = "bench-filled"
+FILLED_TALKS = "bench-talks"  # conversation turns, "Name: text"
 CALL_TIMEOUT_S = 30.0
 
 # --- texts: varied, deterministic, unique per index (so never deduplicated or cached) ---
@@ -107,6 +109,23 @@ _WHEN = [
     "as of 2025",
     "when travelling",
 ]
+
+
+_SPEAKERS = ["Ana", "Bob", "Maria", "Luis"]
+
+
+def turn(n: int) -> str:
+    """Turn `n` of a conversation: one of four speakers on one of the facts' topics."""
+    rng = random.Random(n)
+    return (
+        f"{rng.choice(_SPEAKERS)}: I {rng.choice(_DOES)} {rng.choice(_WHAT)} "
+        f"{rng.choice(_WHEN)} (note {n})"
+    )
+
+
+def talk_question(tag: str) -> str:
+    rng = random.Random(tag)
+    return f"What did {rng.choice(_SPEAKERS)} say about {rng.choice(_WHAT)}? [{tag}]"
 
 
 def fact(n: int) -> str:
@@ -259,6 +278,15 @@ def _retrieve_new(ctx: Ctx) -> Message:
     )
 
 
+def _retrieve_talks(ctx: Ctx) -> Message:
+    return pb.RetrieveRequest(
+        scope=pb.Scope(user_id=FILLED_TALKS),
+        tiers=[pb.TIER_LONG_TERM],
+        query=talk_question(f"{ctx.caller}-{ctx.seq}"),
+        top_k=10,
+    )
+
+
 def _retrieve_empty(ctx: Ctx) -> Message:
     return pb.RetrieveRequest(
         scope=pb.Scope(user_id=f"bench-empty-{ctx.caller}"),
@@ -285,7 +313,7 @@ class Scenario:
     service: str  # "memory" or "health"
     method: str
     build: Callable[[Ctx], Message]
-    needs_fill: bool = False
+    fills: str = ""  # the filled user it reads (FILLED_USER or FILLED_TALKS), if any
 
     def available(self) -> str | None:
         """None when it can run against this contract, else why not."""
@@ -305,10 +333,11 @@ SCENARIOS: dict[str, Scenario] = {
     "add_episodic": Scenario("memory", "Add", _add_episodic),
     "add_structured": Scenario("memory", "Add", _add_structured),
     "add_batch": Scenario("memory", "AddBatch", _add_batch),
-    "retrieve_cached": Scenario("memory", "Retrieve", _retrieve_cached, needs_fill=True),
-    "retrieve_new": Scenario("memory", "Retrieve", _retrieve_new, needs_fill=True),
+    "retrieve_cached": Scenario("memory", "Retrieve", _retrieve_cached, fills=FILLED_USER),
+    "retrieve_new": Scenario("memory", "Retrieve", _retrieve_new, fills=FILLED_USER),
+    "retrieve_talks": Scenario("memory", "Retrieve", _retrieve_talks, fills=FILLED_TALKS),
     "retrieve_empty": Scenario("memory", "Retrieve", _retrieve_empty),
-    "render_context": Scenario("memory", "RenderContext", _render_context, needs_fill=True),
+    "render_context": Scenario("memory", "RenderContext", _render_context, fills=FILLED_USER),
     "add_short_term": Scenario("memory", "Add", _add_short_term),
 }
 
@@ -574,8 +603,11 @@ async def _usage_count(target: str, user: str) -> int:
     return next((t.count for t in usage.tiers if t.tier == pb.TIER_LONG_TERM), 0)
 
 
-async def fill(target: str, user: str, wanted: int, concurrency: int = 16) -> dict[str, Any]:
-    """Add long-term memories to `user` until it has `wanted`; the rate per thousand."""
+async def fill(
+    target: str, user: str, wanted: int, concurrency: int = 16, *, talks: bool = False
+) -> dict[str, Any]:
+    """Add long-term memories to `user` until it has `wanted`; the rate per thousand. With
+    `talks`, conversation turns (kind MESSAGE, 20 a session) instead of facts."""
     have = await _usage_count(target, user)
     if have >= wanted:
         return {"memories": have, "added": 0}
@@ -588,15 +620,22 @@ async def fill(target: str, user: str, wanted: int, concurrency: int = 16) -> di
         async def adder() -> None:
             for n in todo:
                 kinds = (pb.KIND_FACT, pb.KIND_PREFERENCE, pb.KIND_DECISION, pb.KIND_NOTE)
-                await stub.Add(
+                request = (
                     pb.AddRequest(
+                        scope=pb.Scope(user_id=user, session_id=f"s{n // 20}"),
+                        tier=pb.TIER_LONG_TERM,
+                        kind=pb.KIND_MESSAGE,
+                        content=turn(n),
+                    )
+                    if talks
+                    else pb.AddRequest(
                         scope=pb.Scope(user_id=user),
                         tier=pb.TIER_LONG_TERM,
                         kind=kinds[n % 4],
                         content=fact(n),
-                    ),
-                    timeout=120,
+                    )
                 )
+                await stub.Add(request, timeout=120)
                 done_at.append(time.perf_counter() - started)
                 if len(done_at) % 1000 == 0:
                     rate = 1000 / (done_at[-1] - (done_at[-1001] if len(done_at) > 1000 else 0))
@@ -831,9 +870,12 @@ def main(argv: list[str] | None = None) -> int:
         ) as target,
     ):
         args.target = target
-        if any(SCENARIOS[n].needs_fill for n in names) and args.fill:
-            print(f"filling {FILLED_USER} to {args.fill:,} long-term memories")
-            summary["fill"] = asyncio.run(fill(target, FILLED_USER, args.fill))
+        for user in dict.fromkeys(SCENARIOS[n].fills for n in names if SCENARIOS[n].fills):
+            if not args.fill:
+                break
+            print(f"filling {user} to {args.fill:,} long-term memories")
+            filled = asyncio.run(fill(target, user, args.fill, talks=user == FILLED_TALKS))
+            summary["fill" if user == FILLED_USER else f"fill_{user}"] = filled
         clients = (
             GoClients(build_go_driver(Path(go_dir))) if args.driver == "go" else Clients(args.procs)
         )

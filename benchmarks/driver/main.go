@@ -39,7 +39,10 @@ import (
 	pb "memoryd.dev/client/memorydv1"
 )
 
-const filledUser = "bench-filled"
+const (
+	filledUser  = "bench-filled"
+	filledTalks = "bench-talks" // conversation turns, "Name: text"
+)
 
 var (
 	who  = []string{"Ana", "The user", "Bob", "Maria", "The team", "Her manager", "Luis", "Priya"}
@@ -53,6 +56,7 @@ var (
 	when = []string{"since last spring", "for the next release", "after the March incident",
 		"on weekdays", "until the end of the year", "because of the budget review", "as of 2025",
 		"when travelling"}
+	speakers      = []string{"Ana", "Bob", "Maria", "Luis"}
 	cachedQueries = []string{"what does the user drink in the morning",
 		"which database did the team choose", "is anyone allergic to food",
 		"where is the next trip", "what editor settings are preferred",
@@ -76,6 +80,16 @@ func question(tag string) string {
 	rng := rand.New(rand.NewSource(seed))
 	return fmt.Sprintf("what does %s think about %s? [%s]", strings.ToLower(pick(rng, who)),
 		pick(rng, what), tag)
+}
+
+// A question naming one of the filled conversation's speakers.
+func talkQuestion(tag string) string {
+	var seed int64
+	for _, b := range []byte(tag) {
+		seed = seed*131 + int64(b)
+	}
+	rng := rand.New(rand.NewSource(seed))
+	return fmt.Sprintf("What did %s say about %s? [%s]", pick(rng, speakers), pick(rng, what), tag)
 }
 
 // ctx is who makes a call: the run, client process, caller and the caller's call number.
@@ -185,6 +199,11 @@ func scenarios(conn *grpc.ClientConn) map[string]invoke {
 			return &pb.RetrieveRequest{Scope: &pb.Scope{UserId: filledUser},
 				Tiers: []pb.Tier{pb.Tier_TIER_LONG_TERM},
 				Query: question(fmt.Sprintf("%s-%d", c.caller(), c.seq)), TopK: 10}
+		}),
+		"retrieve_talks": retrieve(func(c callCtx) *pb.RetrieveRequest {
+			return &pb.RetrieveRequest{Scope: &pb.Scope{UserId: filledTalks},
+				Tiers: []pb.Tier{pb.Tier_TIER_LONG_TERM},
+				Query: talkQuestion(fmt.Sprintf("%s-%d", c.caller(), c.seq)), TopK: 10}
 		}),
 		"retrieve_empty": retrieve(func(c callCtx) *pb.RetrieveRequest {
 			return &pb.RetrieveRequest{Scope: &pb.Scope{UserId: "bench-empty-" + c.caller()},

@@ -313,6 +313,12 @@ class RetrievalSettings(_Block):
         le=1,
         description="Ranking: added to turns said by a speaker the query names (0: off)",
     )
+    dense_without_names: bool = Field(
+        True,
+        description="Ranking: when the query names a speaker, the dense side ranks by the "
+        "query embedded without the name (the speaker lift counts it once; costs one more "
+        "query embedding; ADR 0408); false: by the whole query",
+    )
     time_lift: float = Field(
         0.15,
         ge=0,

@@ -156,6 +156,21 @@ async def test_ask_shows_hits_with_their_score_and_the_memory_block_with_its_tok
     assert "&lt;memory&gt;" in page and "tokens</span> of 200" in page
 
 
+async def test_ask_shows_the_cosine_a_named_speaker_was_ranked_without(stack: Stack) -> None:
+    acme = stack.caller(stack.admin)
+    chat = pb.Scope(user_id="ana", session_id="trips")
+    for turn in ("Thandiwe: Ha, of course you did.", "Thandiwe: Back from Marrakech!"):
+        await acme.Add(
+            pb.AddRequest(scope=chat, tier=pb.TIER_LONG_TERM, content=turn, kind=pb.KIND_MESSAGE)
+        )
+    client = await signed_in(stack, stack.reader)
+    asked = {"q": "Which places has Thandiwe travelled to?"}
+    page = (await client.get("/users/ana/ask", params=asked)).text
+    assert "Back from Marrakech" in page and 'class="unnamed"' in page
+    plain = (await client.get("/users/ana/ask", params={"q": "skiing"})).text
+    assert "ana enjoys skiing" in plain and 'class="unnamed"' not in plain
+
+
 async def test_a_reader_gets_no_erase_form_and_its_forged_post_is_refused(stack: Stack) -> None:
     client = await signed_in(stack, stack.reader)
     form = await client.get("/users/ana/erase")

@@ -108,6 +108,72 @@ async def test_a_transcript_line_names_its_speaker_as_metadata_would(
     assert found.items[0].content == turns[1]
 
 
+TRAVEL_TURNS = [
+    "Thandiwe: Ha, of course you did.",
+    "Thandiwe: Right, back to it. Speak soon.",
+    "Thandiwe: Back from Marrakech! Landed three days ago and I'm still unpacking.",
+    "Wren: Someone at work is going to Reykjavik next month.",
+]
+
+
+async def add_turns(s: RunningServer, user: str, turns: list[str]) -> None:
+    in_session = scope(user, session_id="s1")
+    for text in turns:
+        await s.stub.Add(
+            pb.AddRequest(scope=in_session, tier=LT, content=text, kind=pb.KIND_MESSAGE)
+        )
+
+
+async def test_a_named_speaker_counts_once_and_the_rest_of_the_question_ranks(
+    lt: RunningServer, user_id: str
+) -> None:
+    # "Thandiwe: Ha, of course you did." is mostly its speaker's name, and so is close to any
+    # question naming her; the speaker lift counts the name, and the dense side ranks by
+    # the question without it (ADR 0408).
+    await add_turns(lt, user_id, TRAVEL_TURNS)
+    found = await recall(lt, user_id, "Which places has Thandiwe travelled to?", explain=True)
+    assert found.items[0].content == TRAVEL_TURNS[2]
+    hers = [i for i in found.items if i.content.startswith("Thandiwe:")]
+    dense = {i.content: i.explain.dense for i in hers}
+    unnamed = {i.content: i.explain.unnamed_dense for i in hers}
+    # Of her turns, with the name one saying nothing is closer to the question than the
+    # trip; without it, the trip is the closest.
+    assert max(dense, key=dense.__getitem__) != TRAVEL_TURNS[2]
+    assert max(unnamed, key=unnamed.__getitem__) == TRAVEL_TURNS[2]
+    # A question naming no speaker ranks by its own cosine.
+    plain = await recall(lt, user_id, "Which places has she travelled to?", explain=True)
+    assert not any(i.explain.HasField("unnamed_dense") for i in plain.items)
+
+
+async def test_a_speaker_met_before_is_dropped_from_the_question_only_while_still_found(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    # The server remembers the speakers a user's searches met and embeds the next question
+    # naming one without the name beside the search; the candidates have the last word.
+    s = await start_server()
+    await add_turns(s, user_id, TRAVEL_TURNS)
+    question = "Which places has Thandiwe travelled to?"
+    assert (await recall(s, user_id, question, explain=True)).items[0].content == TRAVEL_TURNS[2]
+    again = await recall(s, user_id, question, explain=True)
+    assert again.items[0].content == TRAVEL_TURNS[2]
+    assert again.items[0].explain.HasField("unnamed_dense")
+    hers = [i.id for i in again.items if i.content.startswith("Thandiwe:")]
+    await s.stub.Delete(pb.DeleteRequest(scope=scope(user_id), tier=LT, ids=hers))
+    left = await recall(s, user_id, question, explain=True)
+    assert [i.content for i in left.items] == [TRAVEL_TURNS[3]]
+    assert not left.items[0].explain.HasField("unnamed_dense")
+
+
+async def test_ranking_by_the_whole_question_can_be_chosen(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    s = await start_server(retrieval={"dense_without_names": False})
+    await add_turns(s, user_id, TRAVEL_TURNS)
+    found = await recall(s, user_id, "Which places has Thandiwe travelled to?", explain=True)
+    assert not any(i.explain.HasField("unnamed_dense") for i in found.items)
+    assert found.items[0].content != TRAVEL_TURNS[2]  # the name outweighs the trip
+
+
 async def test_metadata_filters_exclude_other_categories(lt: RunningServer, user_id: str) -> None:
     await remember(lt, user_id, "User likes skiing", metadata={"category": "sports"})
     await remember(lt, user_id, "User likes coffee", metadata={"category": "food"})

@@ -15,6 +15,7 @@ from memoryd.core.retrieval.conversation import (
     named_speakers,
     speaker_of,
     spread,
+    without_names,
 )
 from memoryd.core.retrieval.mmr import Candidate, diversify
 
@@ -87,6 +88,40 @@ def test_a_speaker_is_named_by_every_word_of_the_name_in_any_case() -> None:
     assert named_speakers("What breed is priya's dog?", speakers) == {"Priya"}
     assert named_speakers("Did Tomás and Mary Ann meet?", speakers) == {"Tomás", "Mary Ann"}
     assert named_speakers("Did Mary call?", speakers) == set()
+
+
+@pytest.mark.parametrize(
+    ("query", "speakers", "unnamed"),
+    [
+        ("Which places has Thandiwe travelled to?", ["Thandiwe"], "Which places has travelled to?"),
+        ("What breed is Priya's dog?", ["Priya"], "What breed is dog?"),
+        ("How is Priya\u2019s mum?", ["Priya"], "How is mum?"),
+        ("What did caroline and Melanie paint?", ["Caroline", "Melanie"], "What did and paint?"),
+        ("Did Mary Ann call Tomas?", ["Mary Ann"], "Did call Tomas?"),
+        (
+            "Where does Priyanka live?",
+            ["Priya"],
+            "Where does Priyanka live?",
+        ),  # words, not prefixes
+        ("What did Tomas say?", [], "What did Tomas say?"),
+    ],
+)
+def test_a_query_without_names_drops_every_word_of_each_and_its_possessive(
+    query: str, speakers: list[str], unnamed: str
+) -> None:
+    assert without_names(query, speakers) == unnamed
+
+
+def test_the_fusion_ranks_by_the_cosine_without_names_when_there_is_one() -> None:
+    chatter = _m("chatter", cosine=0.60, unnamed_cosine=0.10)
+    trip = _m("trip", cosine=0.50, unnamed_cosine=0.40)
+    plain = _m("plain", cosine=0.20)  # no query without names: its own cosine
+    fuse([chatter, trip, plain], keyword_weight=0.0)
+    assert [m.id for m in sorted((chatter, trip, plain), key=lambda m: -m.base)] == [
+        "trip",
+        "plain",
+        "chatter",
+    ]
 
 
 def test_a_turn_is_said_by_its_metadatas_speaker_else_by_the_name_its_line_begins_with() -> None:

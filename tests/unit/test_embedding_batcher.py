@@ -283,6 +283,38 @@ async def test_without_a_backlog_threshold_each_free_slot_takes_what_waits(
     await batcher.close()
 
 
+async def test_a_request_made_beside_starts_at_once_in_a_call_of_its_own(
+    model: GatedEmbedder,
+) -> None:
+    # A query's second text (ADR 0408): it does not wait for the running call, as a
+    # request below the backlog would, nor take others into its call.
+    batcher = EmbeddingBatcher(model, max_batch=8, concurrency=2, parallel_backlog=16)
+    first = await model.hold_first_call(batcher)
+    aside = asyncio.create_task(batcher.embed(["aside"], beside=True))
+    await model.until_calls(2)
+    queued = asyncio.create_task(batcher.embed(["queued"]))
+    await settle()
+    assert model.calls == [["first"], ["aside"]]
+    model.release()
+    results = await asyncio.wait_for(asyncio.gather(first, aside, queued), LIVENESS_S)
+    assert list(results) == [[alone(t)] for t in ("first", "aside", "queued")]
+    assert model.calls == [["first"], ["aside"], ["queued"]]
+    await batcher.close()
+
+
+async def test_a_request_made_beside_waits_when_every_thread_is_busy(
+    batcher: EmbeddingBatcher, model: GatedEmbedder
+) -> None:
+    first = await model.hold_first_call(batcher)  # the only thread
+    aside = asyncio.create_task(batcher.embed(["aside"], beside=True))
+    queued = asyncio.create_task(batcher.embed(["queued"]))
+    await settle()
+    assert model.calls == [["first"]]
+    model.release()
+    await asyncio.wait_for(asyncio.gather(first, aside, queued), LIVENESS_S)
+    assert model.calls == [["first"], ["aside"], ["queued"]]  # alone, then the rest
+
+
 async def background(batcher: EmbeddingBatcher, texts: list[str]) -> list[list[float]]:
     with in_background():
         return await batcher.embed(texts)

@@ -189,6 +189,9 @@ class ScoreComponents:
     grounding_lift: float = 0.0
     # What the second hop by rare terms (ADR 0404) added to `rank`.
     link_lift: float = 0.0
+    # The cosine to the query without the speakers it names, which `fused` ranked by
+    # instead of `dense` (ADR 0408); None when the query named none.
+    unnamed_dense: float | None = None
 
 
 @dataclass

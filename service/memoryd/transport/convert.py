@@ -633,6 +633,8 @@ def explain_scores(response: pb.RetrieveResponse, records: Sequence[MemoryRecord
         if parts is None:
             continue
         out.dense = parts.dense
+        if parts.unnamed_dense is not None:
+            out.unnamed_dense = parts.unnamed_dense
         out.keyword = parts.relevance - parts.dense - parts.grounding_lift
         out.fused, out.bm25, out.keyword_share = parts.fused, parts.keyword, parts.keyword_share
         out.relevance, out.rank, out.mmr = parts.relevance, parts.rank, -parts.mmr_penalty

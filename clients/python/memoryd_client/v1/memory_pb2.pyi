@@ -670,6 +670,7 @@ class ScoreComponents(_message.Message):
     KEYWORD_SHARE_FIELD_NUMBER: _builtins.int
     RELEVANCE_FIELD_NUMBER: _builtins.int
     RANK_FIELD_NUMBER: _builtins.int
+    UNNAMED_DENSE_FIELD_NUMBER: _builtins.int
     dense: _builtins.float
     """Cosine similarity of the query and the memory's embedding (clipped at 0)."""
     keyword: _builtins.float
@@ -688,6 +689,11 @@ class ScoreComponents(_message.Message):
     """The 0..1 relevance: dense raised by the keyword share (before the conversation lift)."""
     rank: _builtins.float
     """What the candidates were ordered by: fused plus every lift."""
+    unnamed_dense: _builtins.float
+    """Set when the query names a speaker of the candidates: the cosine to the query embedded
+    without that name, which `fused` ranked by instead of `dense` (the speaker lift counts
+    the name once; ADR 0408).
+    """
     @_builtins.property
     def lifts(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Each lift by name. "conversation" moved the score (final minus relevance); "task" is what
@@ -708,12 +714,15 @@ class ScoreComponents(_message.Message):
         keyword_share: _builtins.float = ...,
         relevance: _builtins.float = ...,
         rank: _builtins.float = ...,
+        unnamed_dense: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_unnamed_dense", b"_unnamed_dense", "unnamed_dense", b"unnamed_dense"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bm25", b"bm25", "dense", b"dense", "final", b"final", "fused", b"fused", "keyword", b"keyword", "keyword_share", b"keyword_share", "lifts", b"lifts", "mmr", b"mmr", "rank", b"rank", "relevance", b"relevance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_unnamed_dense", b"_unnamed_dense", "bm25", b"bm25", "dense", b"dense", "final", b"final", "fused", b"fused", "keyword", b"keyword", "keyword_share", b"keyword_share", "lifts", b"lifts", "mmr", b"mmr", "rank", b"rank", "relevance", b"relevance", "unnamed_dense", b"unnamed_dense"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__unnamed_dense: _TypeAlias = _typing.Literal["unnamed_dense"]  # noqa: Y015
+    _WhichOneofArgType__unnamed_dense: _TypeAlias = _typing.Literal["_unnamed_dense", b"_unnamed_dense"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__unnamed_dense) -> _WhichOneofReturnType__unnamed_dense | None: ...
 
 Global___ScoreComponents: _TypeAlias = ScoreComponents  # noqa: Y015
 

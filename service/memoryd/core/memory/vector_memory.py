@@ -98,11 +98,13 @@ class VectorMemory:
         except VectorStoreError as exc:
             raise StoreUnavailable("vector store", str(exc)) from exc
 
-    async def embed(self, texts: Sequence[str]) -> tuple[list[list[float]], float]:
+    async def embed(
+        self, texts: Sequence[str], *, beside: bool = False
+    ) -> tuple[list[list[float]], float]:
         started = time.perf_counter()
         try:
             with self.observer.embedding(len(texts)):
-                vectors = await self._embedder.embed(texts)
+                vectors = await self._embedder.embed(texts, beside=beside)
         except EmbedderUnavailable as exc:
             raise StoreUnavailable("embedder", str(exc)) from exc
         return vectors, (time.perf_counter() - started) * 1000

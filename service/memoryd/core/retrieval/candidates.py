@@ -27,6 +27,7 @@ class CandidatePool:
         idf: Mapping[int, float],
         query_vector: np.ndarray[Any, Any] | None,
         grounded_vector: np.ndarray[Any, Any] | None = None,
+        unnamed_vector: np.ndarray[Any, Any] | None = None,
     ) -> None:
         self._encoder = encoder
         self.idf = idf
@@ -34,6 +35,9 @@ class CandidatePool:
         # The query grounded in the task's state (ADR 0405): a memory's cosine is the
         # better of the two, and what grounding added is kept apart (`Scored.grounded`).
         self._grounded = grounded_vector
+        # The query without the speakers it names (ADR 0408): the cosine the fusion ranks
+        # by; `cosine` (what relevance and the score floor use) stays the query's own.
+        self._unnamed = unnamed_vector
         self.members: dict[str, conversation.Scored] = {}
         self.payloads: dict[str, dict[str, Any]] = {}
         self.vectors: dict[str, DenseVector] = {}
@@ -43,6 +47,7 @@ class CandidatePool:
         """Score points read from the store into the pool; returns their members."""
         cosines = [0.0] * len(points)
         gains = [0.0] * len(points)
+        unnamed: list[float | None] = [None] * len(points)
         with_vector = [i for i, p in enumerate(points) if p[2] is not None]
         if with_vector and self._query is not None:
             # One matrix product for every candidate (vectors and query are unit length).
@@ -55,17 +60,26 @@ class CandidatePool:
                 sims = np.maximum(sims, grounded)
             for row, sim in enumerate(sims.tolist()):
                 cosines[with_vector[row]] = sim
+            if self._unnamed is not None:
+                ranked = np.clip(dots(matrix, self._unnamed), 0.0, 1.0)
+                if self._grounded is not None:
+                    ranked = np.maximum(ranked, grounded)
+                for row, sim in enumerate(ranked.tolist()):
+                    unnamed[with_vector[row]] = sim
         added = []
         total_idf = sum(self.idf.values())
-        for (point_id, payload, vector), cosine, gain in zip(points, cosines, gains, strict=True):
+        for (point_id, payload, vector), cosine, gain, unnamed_cosine in zip(
+            points, cosines, gains, unnamed, strict=True
+        ):
             terms = self._terms_of(payload)
             matched = sum(w for t, w in self.idf.items() if t in terms)
             metadata = payload.get("metadata") or {}
             content = content_of(payload)
-            said = is_turn(Kind(payload.get("kind") or Kind.UNSPECIFIED.value), metadata)
+            said = said_of(payload)
             member = conversation.Scored(
                 id=point_id,
                 cosine=cosine,
+                unnamed_cosine=unnamed_cosine,
                 grounded=gain,
                 bm25=conversation.bm25_of(
                     matched, len(terms), bm25.DEFAULT_K1, bm25.DEFAULT_B, bm25.DEFAULT_AVG_DOC_LEN
@@ -97,3 +111,17 @@ class CandidatePool:
         if stored is None:  # a point written before term ids were stored: tokenised here
             return set(self._encoder.term_ids(embed_text_of(payload)))
         return set(stored)
+
+
+def said_of(payload: Mapping[str, Any]) -> bool:
+    """Whether a stored point is a turn of a conversation (payload.is_turn)."""
+    kind = Kind(payload.get("kind") or Kind.UNSPECIFIED.value)
+    return is_turn(kind, payload.get("metadata") or {})
+
+
+def speaker_of(payload: Mapping[str, Any]) -> str:
+    """Who said a stored point (conversation.speaker_of), "" for no one."""
+    said = said_of(payload)
+    # Only a turn's line can name its speaker: other content is not read (nor unpacked).
+    content = content_of(payload) if said else ""
+    return conversation.speaker_of(payload.get("metadata") or {}, content, said=said)

@@ -43,6 +43,14 @@ class Scored:
     asks: bool = False  # the text is a question
     said: bool = False  # a turn of a conversation (payload.is_turn)
     grounded: float = 0.0  # what the query grounded in the task's state added to `cosine`
+    # The cosine to the query without the speakers it names, when it names one
+    # (`without_names`): what the fusion ranks by then.
+    unnamed_cosine: float | None = None
+
+    @property
+    def ranked_cosine(self) -> float:
+        """The cosine the fusion ranks by (ADR 0408)."""
+        return self.cosine if self.unnamed_cosine is None else self.unnamed_cosine
 
     @property
     def turn(self) -> tuple[str, int] | None:
@@ -73,7 +81,8 @@ def fuse(
 ) -> None:
     """Set `base` of every memory of `pool` (and `others`, scored against the pool's
     range: neighbours fetched later) to the convex fusion of its min-max normalised BM25
-    and cosine scores. A pool where a signal is flat contributes nothing from it.
+    and cosine (`ranked_cosine`) scores. A pool where a signal is flat contributes nothing
+    from it.
 
     `whole`: the pool is every memory the search could see (fewer than it asked for), not
     the top of a larger field. Its weakest member is then no bottom of the field to scale
@@ -84,13 +93,13 @@ def fuse(
     if not pool:
         return
     k_lo, k_span = _minmax([s.bm25 for s in pool])
-    d_lo, d_span = _minmax([s.cosine for s in pool])
+    d_lo, d_span = _minmax([s.ranked_cosine for s in pool])
     if whole:
         k_lo, k_span = 0.0, max(s.bm25 for s in pool)
-        d_lo, d_span = 0.0, max(s.cosine for s in pool)
+        d_lo, d_span = 0.0, max(s.ranked_cosine for s in pool)
     for s in (*pool, *others):
         keyword = (s.bm25 - k_lo) / k_span if k_span > 0 else 0.0
-        dense = (s.cosine - d_lo) / d_span if d_span > 0 else 0.0
+        dense = (s.ranked_cosine - d_lo) / d_span if d_span > 0 else 0.0
         s.fused = s.base = max(0.0, keyword_weight * keyword + (1.0 - keyword_weight) * dense)
 
 
@@ -135,6 +144,30 @@ def named_speakers(query: str, speakers: Iterable[str]) -> set[str]:
         if parts and all(p in words for p in parts):
             named.add(speaker)
     return named
+
+
+def without_names(query: str, speakers: Iterable[str]) -> str:
+    """`query` without the words of `speakers`' names (and a possessive "'s" after one):
+    "Which places has Thandiwe travelled to?" -> "Which places has travelled to?".
+
+    A turn stored as "Thandiwe: text" carries the name in its vector, and a short turn is
+    mostly its name: against a query naming Thandiwe, "Thandiwe: Ha, of course you did."
+    outscores "Thandiwe: Back from Marrakech!". The speaker lift counts the name once;
+    the dense side ranks by the rest of the question (ADR 0408)."""
+    names = {w.casefold() for speaker in speakers for w in _WORD.findall(speaker)}
+    if not names:
+        return query
+    kept = [
+        word
+        for word in _QUERY_WORD.findall(query)
+        if _POSSESSIVE.sub("", word).casefold() not in names
+    ]
+    return " ".join(kept)
+
+
+# A query's words as written (punctuation kept with its word), and a possessive ending.
+_QUERY_WORD = re.compile(r"\S+")
+_POSSESSIVE = re.compile(r"(?:['\u2019]s?)?[^\w'\u2019]*$")
 
 
 def conversation_lift(

@@ -9,17 +9,19 @@ the turns around the best candidates and the best candidates inside that time. T
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memoryd.core.memory.term_counts import TermCounts
+from memoryd.core.memory.term_counts import TermCounts, owner_of
 from memoryd.core.observe import Observer
 from memoryd.core.retrieval import bm25, conversation, links
-from memoryd.core.retrieval.candidates import CandidatePool
+from memoryd.core.retrieval.candidates import CandidatePool, speaker_of
 from memoryd.core.retrieval.links import Links
 from memoryd.core.retrieval.ranker import Ranker, Ranking, RankQuery
+from memoryd.core.retrieval.speakers import SpeakerMemo
 from memoryd.core.retrieval.temporal import Anchor, TimeResolver, TimeWindow
 from memoryd.core.retrieval.turns import attach_context, turn_of, turns_around
 from memoryd.core.tiers.base import TierHits
@@ -28,6 +30,8 @@ from memoryd.stores.vectors.port import Filter, Range, RrfParams, ScoredPoint, S
 
 if TYPE_CHECKING:
     from memoryd.core.memory.vector_memory import VectorMemory
+
+_WORD = re.compile(r"\w")
 
 
 class HybridSearch:
@@ -48,6 +52,7 @@ class HybridSearch:
         self._counts = TermCounts(memory.store, memory.derived)
         self._time = TimeResolver()
         self._ranker = Ranker(settings, observer, encoder)
+        self._speakers = SpeakerMemo()
 
     async def search(
         self,
@@ -94,17 +99,23 @@ class HybridSearch:
             if self._time.parses(query)
             else _resolved(self._time.resolve, query, self._clock())
         )
+        owner = owner_of(flt)
+        embeds = settings.mode != "keyword" or sparse is None
+        unnaming = settings.dense_without_names and embeds
+        # The query without the speakers it names that this user's last searches met,
+        # embedded beside the query itself (speakers.py; the candidates confirm it).
+        guessed = _unnamed(query, self._speakers.of(owner)) if unnaming else query
+        unnamed_task: asyncio.Future[tuple[list[list[float]], float]] | None = None
         try:
             dense: list[float] | None = None
             grounded: list[float] | None = None
             embedding_ms = 0.0
-            if settings.mode != "keyword" or sparse is None:
-                if grounding:
-                    [dense, grounded], embedding_ms = await memory.embed(
-                        [query, f"{query}. {grounding}"]
-                    )
-                else:
-                    [dense], embedding_ms = await memory.embed([query])
+            if embeds:
+                own = memory.embed([query, f"{query}. {grounding}"] if grounding else [query])
+                if guessed != query:
+                    unnamed_task = asyncio.ensure_future(memory.embed([guessed], beside=True))
+                vectors, embedding_ms = await own
+                dense, grounded = vectors[0], (vectors[1] if grounding else None)
             if settings.mode == "dense":
                 sparse = None
             if settings.mode == "keyword" and sparse is not None:
@@ -132,6 +143,8 @@ class HybridSearch:
         except BaseException:
             idf_task.cancel()
             when_task.cancel()
+            if unnamed_task is not None:
+                unnamed_task.cancel()
             raise
         # The turns around the best candidates (hybrid order) and, when the query names a
         # time, the best candidates from inside it (the soft filter also brings them) are
@@ -152,18 +165,32 @@ class HybridSearch:
             else _no_hits()
         )
         seen = {h.id for h in hits}
-        idf, around, inside = await asyncio.gather(
+        unnamed_query = query
+        if unnaming:
+            speakers = {speaker_of(h.payload) for h in hits}
+            self._speakers.met(owner, speakers)
+            unnamed_query = _unnamed(query, speakers)
+        if unnamed_task is not None and unnamed_query != guessed:
+            unnamed_task.cancel()  # a wrong guess: embedded again as the candidates say
+            unnamed_task = None
+        if unnamed_task is None and unnamed_query != query:
+            unnamed_task = asyncio.ensure_future(memory.embed([unnamed_query], beside=True))
+        # embedding_ms stays the query's own: the second embedding overlaps the store's work.
+        idf, around, inside, (unnamed, _) = await asyncio.gather(
             idf_task,
             # Turns the search returned already are not read (nor converted) again.
             turns_around(memory, flt, [t for t in sources if t is not None], 1, skip=seen),
             inside_task,
+            unnamed_task if unnamed_task is not None else _no_vectors(),
         )
         hits += [h for h in inside if h.id not in seen]
-        query_vector = None if dense is None else np.asarray(dense, dtype=np.float32)
-        grounded_vector = (
-            None if dense is None or grounded is None else np.asarray(grounded, dtype=np.float32)
+        pool = CandidatePool(
+            self._encoder,
+            idf,
+            _array(dense),
+            _array(grounded) if dense is not None else None,
+            _array(unnamed[0]) if unnamed else None,
         )
-        pool = CandidatePool(self._encoder, idf, query_vector, grounded_vector)
         members = pool.add_all([(h.id, h.payload, h.dense_vector) for h in hits])
         neighbours = pool.add_all(
             [(p.id, p.payload, p.dense) for p in around if p.id not in pool.members]
@@ -250,3 +277,19 @@ async def _resolved(
 
 async def _no_hits() -> list[ScoredPoint]:
     return []
+
+
+def _unnamed(query: str, speakers: Iterable[str]) -> str:
+    """The query without the names of `speakers` it names (ADR 0408), or the query itself
+    when it names none or holds nothing else."""
+    named = conversation.named_speakers(query, speakers)
+    unnamed = conversation.without_names(query, named) if named else query
+    return unnamed if _WORD.search(unnamed) else query
+
+
+async def _no_vectors() -> tuple[list[list[float]], float]:
+    return [], 0.0
+
+
+def _array(vector: list[float] | None) -> np.ndarray[Any, Any] | None:
+    return None if vector is None else np.asarray(vector, dtype=np.float32)

@@ -127,6 +127,7 @@ class Ranker:
                 m.id,
                 ScoreComponents(
                     dense=m.cosine - m.grounded,
+                    unnamed_dense=m.unnamed_cosine,
                     grounding_lift=m.grounded,
                     keyword=m.bm25,
                     keyword_share=m.share,
