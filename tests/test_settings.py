@@ -69,11 +69,11 @@ def test_a_ranking_value_the_operator_sets_wins_over_the_embedders_even_the_defa
     use_config_file(
         tmp_path, monkeypatch, '[embedder]\nprovider = "mpnet-onnx"\n[retrieval]\nmin_score = 0.3\n'
     )
-    monkeypatch.setenv("MEMORYD_RETRIEVAL__FUSION_KEYWORD_WEIGHT", "0.5")
+    monkeypatch.setenv("MEMORYD_RETRIEVAL__FUSION_KEYWORD_WEIGHT", "0.55")
     retrieval = load_settings().retrieval
-    assert (retrieval.min_score, retrieval.fusion_keyword_weight) == (0.3, 0.5)
+    assert (retrieval.min_score, retrieval.fusion_keyword_weight) == (0.3, 0.55)
     minilm = Settings.explicit(retrieval={"diversity": 0.2}).retrieval
-    assert (minilm.min_score, minilm.fusion_keyword_weight) == (0.3, 0.6)
+    assert (minilm.min_score, minilm.fusion_keyword_weight) == (0.3, 0.5)
 
 
 @pytest.mark.parametrize(

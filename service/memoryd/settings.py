@@ -287,7 +287,7 @@ class RetrievalSettings(_Block):
         "(at least 4 x top_k); their union is what the ranking steps score",
     )
     fusion_keyword_weight: float = Field(
-        0.6,
+        0.5,
         ge=0,
         le=1,
         description="Ranking: weight of the min-max normalised BM25 score against the cosine "
