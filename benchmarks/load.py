@@ -269,22 +269,22 @@ def _retrieve_cached(ctx: Ctx) -> Message:
     )
 
 
-def _retrieve_new(ctx: Ctx) -> Message:
+def _new_question(user: str, ask: Callable[[str], str], ctx: Ctx) -> Message:
+    """A question never asked before (so never a cached embedding) over a filled user."""
     return pb.RetrieveRequest(
-        scope=pb.Scope(user_id=FILLED_USER),
+        scope=pb.Scope(user_id=user),
         tiers=[pb.TIER_LONG_TERM],
-        query=question(f"{ctx.caller}-{ctx.seq}"),
+        query=ask(f"{ctx.caller}-{ctx.seq}"),
         top_k=10,
     )
+
+
+def _retrieve_new(ctx: Ctx) -> Message:
+    return _new_question(FILLED_USER, question, ctx)
 
 
 def _retrieve_talks(ctx: Ctx) -> Message:
-    return pb.RetrieveRequest(
-        scope=pb.Scope(user_id=FILLED_TALKS),
-        tiers=[pb.TIER_LONG_TERM],
-        query=talk_question(f"{ctx.caller}-{ctx.seq}"),
-        top_k=10,
-    )
+    return _new_question(FILLED_TALKS, talk_question, ctx)
 
 
 def _retrieve_empty(ctx: Ctx) -> Message:

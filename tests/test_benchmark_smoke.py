@@ -155,25 +155,32 @@ SMOKES: dict[str, Smoke] = {
     "load": Smoke(
         "load.py",
         "--start-server --driver python --procs 1 -c 2 -n 6 --warmup 0s --scenarios "
-        "health,add_long_term,retrieve_new --fill 20 --embedder-texts 8 --out {tmp}/out",
+        "health,add_long_term,retrieve_new,retrieve_talks --fill 20 --embedder-texts 8 "
+        "--out {tmp}/out",
         {
             "out/summary.json": (
                 "date",
                 "machine.cpus",
                 "driver",
                 "fill.memories",
+                "fill_bench-talks.memories",
                 "embedder.batched_texts_per_s",
-                "runs.2.file",
+                "runs.3.file",
             ),
             "out/health-c2.json": GHZ_FIELDS,
             "out/retrieve_new-c2.json": GHZ_FIELDS,
+            "out/retrieve_talks-c2.json": GHZ_FIELDS,
         },
     ),
     "load --driver go": Smoke(
         "load.py",
         "--start-server --driver go --procs 1 -c 1 -n 6 --warmup 0s --scenarios "
-        "health,add_working --embedder-texts 0 --out {tmp}/out",
-        {"out/summary.json": ("driver", "runs.1.file"), "out/add_working-c1.json": GHZ_FIELDS},
+        "health,add_working,retrieve_talks --fill 20 --embedder-texts 0 --out {tmp}/out",
+        {
+            "out/summary.json": ("driver", "runs.2.file"),
+            "out/add_working-c1.json": GHZ_FIELDS,
+            "out/retrieve_talks-c1.json": GHZ_FIELDS,
+        },
         frozenset({"go"}),
     ),
     "memory_footprint": Smoke(
