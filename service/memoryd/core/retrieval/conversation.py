@@ -147,8 +147,10 @@ def named_speakers(query: str, speakers: Iterable[str]) -> set[str]:
 
 
 def without_names(query: str, speakers: Iterable[str]) -> str:
-    """`query` without the words of `speakers`' names (and a possessive "'s" after one):
-    "Which places has Thandiwe travelled to?" -> "Which places has travelled to?".
+    """`query` without the words of `speakers`' names as the query writes them, capitalised
+    (and a possessive "'s" after one): "Which places has Thandiwe travelled to?" -> "Which
+    places has travelled to?". A lower-case word stays, even one a name is made of ("will",
+    "may"): there it is more likely the word.
 
     A turn stored as "Thandiwe: text" carries the name in its vector, and a short turn is
     mostly its name: against a query naming Thandiwe, "Thandiwe: Ha, of course you did."
@@ -160,7 +162,7 @@ def without_names(query: str, speakers: Iterable[str]) -> str:
     kept = [
         word
         for word in _QUERY_WORD.findall(query)
-        if _POSSESSIVE.sub("", word).casefold() not in names
+        if not (word[:1].isupper() and _POSSESSIVE.sub("", word).casefold() in names)
     ]
     return " ".join(kept)
 
