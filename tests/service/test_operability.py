@@ -107,7 +107,14 @@ def serve_env(**variables: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("MEMORYD_")}
     root = SERVICE_DIR.parent
     env["PYTHONPATH"] = os.pathsep.join(str(root / d) for d in ("service", "clients/python"))
-    return {**env, "MEMORYD_LISTEN": "127.0.0.1:0", **variables}
+    # Metrics on a free port unless a case names one: two refused starts on two workers
+    # must not meet on the default port (the later one was refused for it instead).
+    return {
+        **env,
+        "MEMORYD_LISTEN": "127.0.0.1:0",
+        "MEMORYD_METRICS__LISTEN": "127.0.0.1:0",
+        **variables,
+    }
 
 
 Case = Callable[[Path, int], dict[str, str]]
