@@ -42,6 +42,7 @@ async def serving(
         "PYTHONPATH": str(SERVICE_DIR),
         "MEMORYD_DATA_DIR": str(data),
         "MEMORYD_LISTEN": target,
+        "MEMORYD_METRICS__LISTEN": "127.0.0.1:0",  # not the default port another test holds
         "MEMORYD_WRITE_BEHIND__RETRY_SECONDS": "0.1",
         "MEMORYD_EMBEDDER__PROVIDER": "openai",
         "MEMORYD_EMBEDDER__OPENAI_BASE_URL": embeddings.url,

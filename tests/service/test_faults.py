@@ -225,7 +225,11 @@ async def test_a_second_server_on_the_same_data_dir_is_refused_in_one_line(
     with pytest.raises(StartupRefused, match="in use by another memoryd"):
         await build_app(Settings(data_dir=data))
 
-    env = {"MEMORYD_DATA_DIR": str(data), "MEMORYD_LISTEN": "127.0.0.1:0"}
+    env = {
+        "MEMORYD_DATA_DIR": str(data),
+        "MEMORYD_LISTEN": "127.0.0.1:0",
+        "MEMORYD_METRICS__LISTEN": "127.0.0.1:0",  # refused for the directory, not a port
+    }
     proc = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "memoryd", "serve"],

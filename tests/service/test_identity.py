@@ -405,7 +405,12 @@ async def test_a_missing_keys_file_stops_the_start_up(
 
 
 def _memoryd(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "PYTHONPATH": str(SERVICE), **(env or {})}
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": str(SERVICE),
+        "MEMORYD_METRICS__LISTEN": "127.0.0.1:0",  # never the default port another test holds
+        **(env or {}),
+    }
     return subprocess.run(
         [sys.executable, "-m", "memoryd", *argv],
         capture_output=True,
