@@ -63,6 +63,16 @@ class BatchStats:
     texts: int
     largest: int
 
+    def __add__(self, other: BatchStats) -> BatchStats:
+        """Two lanes' counts together."""
+        return BatchStats(
+            self.requests + other.requests,
+            self.cached + other.cached,
+            self.batches + other.batches,
+            self.texts + other.texts,
+            max(self.largest, other.largest),
+        )
+
 
 @dataclass(eq=False)
 class _Request:
@@ -159,16 +169,7 @@ class EmbeddingBatcher:
     def stats(self) -> BatchStats:
         """Both lanes together."""
         own = BatchStats(self._requests, self._cached, self._batches, self._texts, self._largest)
-        if self._background is None:
-            return own
-        other = self._background.stats()
-        return BatchStats(
-            own.requests + other.requests,
-            own.cached + other.cached,
-            own.batches + other.batches,
-            own.texts + other.texts,
-            max(own.largest, other.largest),
-        )
+        return own if self._background is None else own + self._background.stats()
 
     def queued(self) -> int:
         """Texts waiting for a batch (not those of running batches), in both lanes."""

@@ -105,6 +105,7 @@ class _Counts:
 class _Running:
     """A running recount, as searches and writes see it until it finishes."""
 
+    thread: threading.Thread | None = None  # the thread counting
     counts: dict[str, _Counts] = field(default_factory=dict)  # its counts so far
     done: set[str] = field(default_factory=set)  # the tenants it has counted whole
     store_points: int | None = None  # the store's, counted at its start, kept up
@@ -158,7 +159,6 @@ class TenantTerms:
         self._upserted = 0  # points upserted since the last recount began
         self._removed = 0  # and deleted
         self._counted = 0
-        self._thread: threading.Thread | None = None
         self._closed = threading.Event()
 
     # ------------------------------------------------------------------ writes
@@ -242,6 +242,12 @@ class TenantTerms:
                 counts.total * scale, [counts.df.get(t, 0) * scale for t in terms], float(store)
             )
 
+    @property
+    def _thread(self) -> threading.Thread | None:
+        """The running recount's thread, if one runs."""
+        running = self._running
+        return None if running is None else running.thread
+
     def start(self) -> None:
         """Starts the first recount now (a server, as its store opens)."""
         with self._lock:
@@ -274,10 +280,10 @@ class TenantTerms:
                 return
         self._upserted = self._removed = 0
         running = self._running = _Running()
-        self._thread = threading.Thread(
+        running.thread = threading.Thread(
             target=self._recount, args=(running,), name="memoryd-term-recount", daemon=True
         )
-        self._thread.start()
+        running.thread.start()
 
     def _recount(self, running: _Running) -> None:
         started = time.monotonic()
@@ -338,7 +344,7 @@ class TenantTerms:
             self._store_points = (
                 sum(c.total for c in tenants.values()) if complete else running.store_points or 0
             )
-            self._tenants, self._running, self._thread = tenants, None, None
+            self._tenants, self._running = tenants, None
         log.info(
             "keyword statistics of %d memories counted in %.1f s (%d tenants%s)",
             store_points,
@@ -358,5 +364,5 @@ class TenantTerms:
 
     def _stopped(self) -> None:
         with self._lock:
-            self._running, self._thread = None, None
+            self._running = None
             self._removed = max(self._removed, MIN_CHANGES)  # due again

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -26,12 +26,13 @@ from memoryd.core.retrieval.temporal import Anchor, TimeResolver, TimeWindow
 from memoryd.core.retrieval.turns import attach_context, turn_of, turns_around
 from memoryd.core.tiers.base import TierHits
 from memoryd.settings import RetrievalSettings
-from memoryd.stores.vectors.port import Filter, Range, RrfParams, ScoredPoint, SparseVector
+from memoryd.stores.vectors.port import Filter, Range, RrfParams, SparseVector
 
 if TYPE_CHECKING:
     from memoryd.core.memory.vector_memory import VectorMemory
 
 _WORD = re.compile(r"\w")
+T = TypeVar("T")
 
 
 class HybridSearch:
@@ -83,21 +84,21 @@ class HybridSearch:
         if known is None and await self._found_empty(flt):
             return TierHits(items=[], total=0)
         idf_now = known.idf(terms) if known is not None else None
-        idf_task = asyncio.ensure_future(
-            _ready(idf_now)
+        idf_task: asyncio.Future[dict[int, float]] = asyncio.ensure_future(
+            _given(idf_now)
             if idf_now is not None
             else memory.call(self._counts.idf, flt, terms)
             if terms
-            else _ready({})
+            else _given({})
         )
         # The time the query names (dateparser) is resolved meanwhile too; a query with no
         # time word on the loop (microseconds: less than the hop to a thread).
-        when_task = asyncio.ensure_future(
-            _no_time()
+        when_task: asyncio.Future[TimeWindow | Anchor | None] = asyncio.ensure_future(
+            _given(None)
             if settings.time_lift <= 0
             else asyncio.to_thread(self._time.resolve, query, self._clock())
             if self._time.parses(query)
-            else _resolved(self._time.resolve, query, self._clock())
+            else _given(self._time.resolve(query, self._clock()))
         )
         owner = owner_of(flt)
         embeds = settings.mode != "keyword" or sparse is None
@@ -162,7 +163,7 @@ class HybridSearch:
                 with_vectors=dense is not None,
             )
             if isinstance(when, TimeWindow) and not when.every_year and hits
-            else _no_hits()
+            else _given([])
         )
         seen = {h.id for h in hits}
         unnamed_query = query
@@ -181,7 +182,7 @@ class HybridSearch:
             # Turns the search returned already are not read (nor converted) again.
             turns_around(memory, flt, [t for t in sources if t is not None], 1, skip=seen),
             inside_task,
-            unnamed_task if unnamed_task is not None else _no_vectors(),
+            unnamed_task if unnamed_task is not None else _given(([], 0.0)),
         )
         hits += [h for h in inside if h.id not in seen]
         pool = CandidatePool(
@@ -261,22 +262,9 @@ class HybridSearch:
         return True
 
 
-async def _ready(idf: dict[int, float]) -> dict[int, float]:
-    return idf
-
-
-async def _no_time() -> TimeWindow | Anchor | None:
-    return None
-
-
-async def _resolved(
-    resolve: Callable[[str, float], TimeWindow | Anchor | None], query: str, now: float
-) -> TimeWindow | Anchor | None:
-    return resolve(query, now)
-
-
-async def _no_hits() -> list[ScoredPoint]:
-    return []
+async def _given(value: T) -> T:
+    """What is known already, as an awaitable beside the work of a gather."""
+    return value
 
 
 def _unnamed(query: str, speakers: Iterable[str]) -> str:
@@ -285,10 +273,6 @@ def _unnamed(query: str, speakers: Iterable[str]) -> str:
     named = conversation.named_speakers(query, speakers)
     unnamed = conversation.without_names(query, named) if named else query
     return unnamed if _WORD.search(unnamed) else query
-
-
-async def _no_vectors() -> tuple[list[list[float]], float]:
-    return [], 0.0
 
 
 def _array(vector: list[float] | None) -> np.ndarray[Any, Any] | None:
