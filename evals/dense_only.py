@@ -7,51 +7,119 @@ category (pooled as in ``run_recall.py``). It compares embedders before any rank
 
     PYTHONPATH=service .venv/bin/python evals/dense_only.py
     MEMORYD_EMBEDDER__PROVIDER=mpnet PYTHONPATH=service .venv/bin/python evals/dense_only.py
+
+``--unnamed`` asks each question without its speakers' names, as the fusion ranks
+(ADR 0408); ``--turns`` compares ways of giving a turn its vector (evals/RESULTS.md,
+session 23): ``own`` (the text alone, the default), ``lead`` (after the end of the turn
+before it, as the server embeds a turn, ADR 0400), ``mean`` (the mean of those two
+cosines: two vectors a turn) and ``chain`` (its own vector plus 0.3 x the vector the turn
+before got, normalised: one vector a turn, no lead text):
+
+    PYTHONPATH=service .venv/bin/python evals/dense_only.py --unnamed \\
+        --turns own,lead,mean,chain --half tune
 """
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from memoryd.app import build_embedder
+from memoryd.core.retrieval.conversation import without_names
 from memoryd.settings import Settings
 from run_recall import SETS, half_of, load_set, turn_content
 
+Matrix = npt.NDArray[np.float32]
+LEAD_CHARS = 240  # long_term.lead_chars' default
+CHAIN = 0.3
 
-def main() -> None:
+
+def _leads(sessions: Sequence[dict[str, Any]]) -> list[str]:
+    """Each turn after the end of the turn before it in its session (a short line lends its
+    own "Name: ")."""
+    out = []
+    for session in sessions:
+        before = ""
+        for turn in session["turns"]:
+            own = turn_content(turn)
+            out.append(f"{before[-LEAD_CHARS:]}\n{own}" if before else own)
+            before = own
+    return out
+
+
+def _chain(own: Matrix, firsts: Sequence[bool]) -> Matrix:
+    out = own.copy()
+    for i, first in enumerate(firsts):
+        if not first:
+            out[i] = own[i] + CHAIN * out[i - 1]
+            out[i] /= np.linalg.norm(out[i])
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--unnamed", action="store_true", help="questions without names")
+    parser.add_argument("--turns", default="own", help="own,lead,mean,chain")
+    parser.add_argument("--half", choices=["tune", "report", "both"], default="both")
+    args = parser.parse_args(argv)
+    ways = args.turns.split(",")
+    halves = ["tune", "report"] if args.half == "both" else [args.half]
     with tempfile.TemporaryDirectory() as data:
         embedder = build_embedder(Settings(data_dir=Path(data)))
-        # [evidence turns, found in 5, found in 20] per (set, half, category)
-        found: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+
+        def embed(texts: Sequence[str]) -> Matrix:
+            return np.asarray(embedder.embed(list(texts)), dtype=np.float32)
+
+        # [evidence turns, found in 5, found in 20] per (way, set, half, category)
+        found: dict[tuple[str, str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
         for set_name in SETS:
-            for conversation in load_set(set_name, ["tune", "report"]):
+            for conversation in load_set(set_name, halves):
                 half = half_of(set_name, conversation["id"])
-                turns = [t for s in conversation["sessions"] for t in s["turns"]]
+                sessions = conversation["sessions"]
+                turns = [t for s in sessions for t in s["turns"]]
                 ids = [t["id"] for t in turns]
-                texts = [turn_content(t) for t in turns]
-                vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
+                speakers = {t["speaker"] for t in turns}
                 questions = conversation["questions"]
-                asked = np.asarray(embedder.embed([q["q"] for q in questions]), np.float32)
-                for question, scores in zip(questions, asked @ vectors.T, strict=True):
-                    rank = {ids[j]: r for r, j in enumerate(np.argsort(-scores))}
-                    tally = found[(set_name, half, question["category"])]
-                    for evidence in question["evidence"]:
-                        tally[0] += 1
-                        tally[1] += rank[evidence] < 5
-                        tally[2] += rank[evidence] < 20
-    print(f"embedder {embedder.name}: cosine alone")
-    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
-    for (set_name, half, category), (n, at5, at20) in sorted(found.items()):
-        print(f"{set_name:10s} {half:7s} {category:12s} R@5 {at5 / n:.3f}  R@20 {at20 / n:.3f}")
-        total = totals[(set_name, half)]
+                texts = [q["q"] for q in questions]
+                if args.unnamed:
+                    texts = [without_names(t, speakers) for t in texts]
+                asked = embed(texts)
+                vectors = embed([turn_content(t) for t in turns])
+                own = asked @ vectors.T
+                firsts = [n == 0 for s in sessions for n in range(len(s["turns"]))]
+                lead = asked @ embed(_leads(sessions)).T if {"lead", "mean"} & set(ways) else own
+                scored = {
+                    "own": own,
+                    "lead": lead,
+                    "mean": (own + lead) / 2,
+                    "chain": asked @ _chain(vectors, firsts).T,
+                }
+                for way in ways:
+                    for question, scores in zip(questions, scored[way], strict=True):
+                        rank = {ids[j]: r for r, j in enumerate(np.argsort(-scores))}
+                        tally = found[(way, set_name, half, question["category"])]
+                        for evidence in question["evidence"]:
+                            tally[0] += 1
+                            tally[1] += rank[evidence] < 5
+                            tally[2] += rank[evidence] < 20
+    print(f"embedder {embedder.name}: cosine alone{', questions without names' * args.unnamed}")
+    totals: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for (way, set_name, half, category), (n, at5, at20) in sorted(found.items()):
+        print(f"{way:6s} {set_name:10s} {half:7s} {category:12s} "
+              f"R@5 {at5 / n:.3f}  R@20 {at20 / n:.3f}")  # fmt: skip
+        total = totals[(way, set_name, half)]
         for i, value in enumerate((n, at5, at20)):
             total[i] += value
-    for (set_name, half), (n, at5, at20) in sorted(totals.items()):
-        print(f"{set_name:10s} {half:7s} {'total':12s} R@5 {at5 / n:.3f}  R@20 {at20 / n:.3f}")
+    for (way, set_name, half), (n, at5, at20) in sorted(totals.items()):
+        print(f"{way:6s} {set_name:10s} {half:7s} {'total':12s} "
+              f"R@5 {at5 / n:.3f}  R@20 {at20 / n:.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":

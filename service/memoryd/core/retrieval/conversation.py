@@ -159,17 +159,22 @@ def without_names(query: str, speakers: Iterable[str]) -> str:
     names = {w.casefold() for speaker in speakers for w in _WORD.findall(speaker)}
     if not names:
         return query
-    kept = [
-        word
-        for word in _QUERY_WORD.findall(query)
-        if not (word[:1].isupper() and _POSSESSIVE.sub("", word).casefold() in names)
-    ]
+    kept: list[str] = []
+    for word in _QUERY_WORD.findall(query):
+        if not (word[:1].isupper() and _POSSESSIVE.sub("", word).casefold() in names):
+            kept.append(word)
+        elif (mark := _MARK.search(word)) and kept:
+            # The question mark or comma a name carried stays: "... owned by Thandiwe?"
+            # still asks.
+            kept[-1] += mark.group()
     return " ".join(kept)
 
 
-# A query's words as written (punctuation kept with its word), and a possessive ending.
+# A query's words as written (punctuation kept with its word), a possessive ending, and the
+# punctuation a word ends with.
 _QUERY_WORD = re.compile(r"\S+")
 _POSSESSIVE = re.compile(r"(?:['\u2019]s?)?[^\w'\u2019]*$")
+_MARK = re.compile(r"[^\w'\u2019]+$")
 
 
 def conversation_lift(
