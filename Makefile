@@ -16,7 +16,7 @@ run: install
 # were a third of a server test's time. (`=`: probed only when `make test` runs.)
 TEST_TMPDIR = $(shell [ -w /dev/shm ] && [ "$$(df -Pk /dev/shm | awk 'NR==2 {print $$4}')" -gt 4000000 ] && echo /dev/shm)
 test: install redis chromium
-	$(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) $(PY) -m pytest -n auto --dist loadfile
+	$(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) $(PY) -m pytest -n auto --dist loadfile --durations=15
 
 test-unit: install
 	$(PY) -m pytest tests/unit

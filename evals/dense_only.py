@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memoryd.app import build_embedder
+from memoryd.core.memory.payload import lead_of, with_lead
 from memoryd.core.retrieval.conversation import without_names
 from memoryd.settings import Settings
 from run_recall import SETS, half_of, load_set, turn_content
@@ -42,15 +43,15 @@ CHAIN = 0.3
 
 
 def _leads(sessions: Sequence[dict[str, Any]]) -> list[str]:
-    """Each turn after the end of the turn before it in its session (a short line lends its
-    own "Name: ")."""
+    """Each turn after the end of the turn before it in its session, as the server writes
+    it (`lead_of`, `with_lead`)."""
     out = []
     for session in sessions:
-        before = ""
+        lead = ""
         for turn in session["turns"]:
             own = turn_content(turn)
-            out.append(f"{before[-LEAD_CHARS:]}\n{own}" if before else own)
-            before = own
+            out.append(with_lead(lead, own))
+            lead = lead_of(own, {}, LEAD_CHARS)
     return out
 
 
@@ -109,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                             tally[0] += 1
                             tally[1] += rank[evidence] < 5
                             tally[2] += rank[evidence] < 20
-    print(f"embedder {embedder.name}: cosine alone{', questions without names' * args.unnamed}")
+    asked_as = "questions without names" if args.unnamed else "questions as written"
+    print(f"embedder {embedder.name}: cosine alone, {asked_as}")
     totals: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for (way, set_name, half, category), (n, at5, at20) in sorted(found.items()):
         print(f"{way:6s} {set_name:10s} {half:7s} {category:12s} "

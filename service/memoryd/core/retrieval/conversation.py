@@ -149,8 +149,9 @@ def named_speakers(query: str, speakers: Iterable[str]) -> set[str]:
 def without_names(query: str, speakers: Iterable[str]) -> str:
     """`query` without the words of `speakers`' names as the query writes them, capitalised
     (and a possessive "'s" after one): "Which places has Thandiwe travelled to?" -> "Which
-    places has travelled to?". A lower-case word stays, even one a name is made of ("will",
-    "may"): there it is more likely the word.
+    places has travelled to?"; the mark a name ends with stays ("owned by Priya?" -> "owned
+    by?"). A lower-case word stays, even one a name is made of ("will", "may"): there it
+    is more likely the word.
 
     A turn stored as "Thandiwe: text" carries the name in its vector, and a short turn is
     mostly its name: against a query naming Thandiwe, "Thandiwe: Ha, of course you did."
@@ -164,9 +165,7 @@ def without_names(query: str, speakers: Iterable[str]) -> str:
         if not (word[:1].isupper() and _POSSESSIVE.sub("", word).casefold() in names):
             kept.append(word)
         elif (mark := _MARK.search(word)) and kept:
-            # The question mark or comma a name carried stays: "... owned by Thandiwe?"
-            # still asks.
-            kept[-1] += mark.group()
+            kept[-1] += mark.group()  # the question still asks
     return " ".join(kept)
 
 
