@@ -38,11 +38,11 @@ from memoryd.settings import Settings
 from run_recall import SETS, half_of, load_set, turn_content
 
 Matrix = npt.NDArray[np.float32]
-LEAD_CHARS = 240  # long_term.lead_chars' default
+WAYS = ("own", "lead", "mean", "chain")
 CHAIN = 0.3
 
 
-def _leads(sessions: Sequence[dict[str, Any]]) -> list[str]:
+def _leads(sessions: Sequence[dict[str, Any]], lead_chars: int) -> list[str]:
     """Each turn after the end of the turn before it in its session, as the server writes
     it (`lead_of`, `with_lead`)."""
     out = []
@@ -51,29 +51,51 @@ def _leads(sessions: Sequence[dict[str, Any]]) -> list[str]:
         for turn in session["turns"]:
             own = turn_content(turn)
             out.append(with_lead(lead, own))
-            lead = lead_of(own, {}, LEAD_CHARS)
+            lead = lead_of(own, {}, lead_chars)
     return out
 
 
-def _chain(own: Matrix, firsts: Sequence[bool]) -> Matrix:
+def _chain(own: Matrix, sessions: Sequence[dict[str, Any]]) -> Matrix:
+    """Each turn's own vector plus CHAIN x the vector the turn before it got, normalised."""
     out = own.copy()
-    for i, first in enumerate(firsts):
-        if not first:
-            out[i] = own[i] + CHAIN * out[i - 1]
-            out[i] /= np.linalg.norm(out[i])
+    i = 0
+    for session in sessions:
+        for n in range(len(session["turns"])):
+            if n:
+                out[i] = own[i] + CHAIN * out[i - 1]
+                out[i] /= np.linalg.norm(out[i])
+            i += 1
     return out
+
+
+def _turn_vectors(
+    way: str, own: Matrix, leads: Matrix | None, sessions: Sequence[dict[str, Any]]
+) -> Matrix:
+    """The turns' vectors one way (`WAYS`); `leads` is given when the way needs it."""
+    if way == "own":
+        return own
+    if way == "chain":
+        return _chain(own, sessions)
+    assert leads is not None
+    # The mean of two cosines is the cosine to the mean of the two vectors.
+    return leads if way == "lead" else (own + leads) * np.float32(0.5)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--unnamed", action="store_true", help="questions without names")
-    parser.add_argument("--turns", default="own", help="own,lead,mean,chain")
+    parser.add_argument("--turns", default="own", help=",".join(WAYS))
     parser.add_argument("--half", choices=["tune", "report", "both"], default="both")
     args = parser.parse_args(argv)
     ways = args.turns.split(",")
+    if unknown := set(ways) - set(WAYS):
+        parser.error(f"--turns: {', '.join(sorted(unknown))} is not one of {', '.join(WAYS)}")
+    with_leads = bool({"lead", "mean"} & set(ways))
     halves = ["tune", "report"] if args.half == "both" else [args.half]
     with tempfile.TemporaryDirectory() as data:
-        embedder = build_embedder(Settings(data_dir=Path(data)))
+        settings = Settings(data_dir=Path(data))
+        embedder = build_embedder(settings)
+        lead_chars = settings.long_term.lead_chars
 
         def embed(texts: Sequence[str]) -> Matrix:
             return np.asarray(embedder.embed(list(texts)), dtype=np.float32)
@@ -92,18 +114,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 if args.unnamed:
                     texts = [without_names(t, speakers) for t in texts]
                 asked = embed(texts)
-                vectors = embed([turn_content(t) for t in turns])
-                own = asked @ vectors.T
-                firsts = [n == 0 for s in sessions for n in range(len(s["turns"]))]
-                lead = asked @ embed(_leads(sessions)).T if {"lead", "mean"} & set(ways) else own
-                scored = {
-                    "own": own,
-                    "lead": lead,
-                    "mean": (own + lead) / 2,
-                    "chain": asked @ _chain(vectors, firsts).T,
-                }
+                own = embed([turn_content(t) for t in turns])
+                leads = embed(_leads(sessions, lead_chars)) if with_leads else None
                 for way in ways:
-                    for question, scores in zip(questions, scored[way], strict=True):
+                    vectors = _turn_vectors(way, own, leads, sessions)
+                    for question, scores in zip(questions, asked @ vectors.T, strict=True):
                         rank = {ids[j]: r for r, j in enumerate(np.argsort(-scores))}
                         tally = found[(way, set_name, half, question["category"])]
                         for evidence in question["evidence"]:

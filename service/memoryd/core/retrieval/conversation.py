@@ -162,18 +162,19 @@ def without_names(query: str, speakers: Iterable[str]) -> str:
         return query
     kept: list[str] = []
     for word in _QUERY_WORD.findall(query):
-        if not (word[:1].isupper() and _POSSESSIVE.sub("", word).casefold() in names):
+        ending = _ENDING.search(word)
+        assert ending is not None  # the pattern matches the empty end of any word
+        if not (word[:1].isupper() and word[: ending.start()].casefold() in names):
             kept.append(word)
-        elif (mark := _MARK.search(word)) and kept:
-            kept[-1] += mark.group()  # the question still asks
+        elif kept:
+            kept[-1] += ending["mark"]  # the question still asks
     return " ".join(kept)
 
 
-# A query's words as written (punctuation kept with its word), a possessive ending, and the
-# punctuation a word ends with.
+# A query's words as written (punctuation kept with its word), and how a word ends: a
+# possessive, then its punctuation (`mark`).
 _QUERY_WORD = re.compile(r"\S+")
-_POSSESSIVE = re.compile(r"(?:['\u2019]s?)?[^\w'\u2019]*$")
-_MARK = re.compile(r"[^\w'\u2019]+$")
+_ENDING = re.compile(r"(?:['\u2019]s?)?(?P<mark>[^\w'\u2019]*)$")
 
 
 def conversation_lift(
