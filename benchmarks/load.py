@@ -203,6 +203,19 @@ def _add_long_term(ctx: Ctx) -> Message:
     )
 
 
+def _add_turns(ctx: Ctx) -> Message:
+    # A conversation: sessions of 20 turns, each after the first embedded after its lead
+    # and alone (ADR 0400, 0409); a new user every 5,000 calls (the quota).
+    scope = _scope(ctx, user=f"bench-turns-{ctx.caller}-{ctx.seq // 5000}")
+    scope.session_id = f"s{ctx.seq // 20}"
+    return pb.AddRequest(
+        scope=scope,
+        tier=pb.TIER_LONG_TERM,
+        kind=pb.KIND_MESSAGE,
+        content=f"{turn(_long_term_index(ctx))} [{ctx.run}]",
+    )
+
+
 def _add_long_term_one_user(ctx: Ctx) -> Message:
     # Every caller of the run writes for the same user (a new one every 100 calls of each
     # caller, under the 10,000-memory quota at c=50): their Adds meet at one user's lock.
@@ -329,6 +342,7 @@ SCENARIOS: dict[str, Scenario] = {
     "add_working": Scenario("memory", "Add", _add_working),
     "add_long_term": Scenario("memory", "Add", _add_long_term),
     "add_long_term_one_user": Scenario("memory", "Add", _add_long_term_one_user),
+    "add_turns": Scenario("memory", "Add", _add_turns),
     "add_persona": Scenario("memory", "Add", _add_persona),
     "add_episodic": Scenario("memory", "Add", _add_episodic),
     "add_structured": Scenario("memory", "Add", _add_structured),

@@ -155,7 +155,7 @@ SMOKES: dict[str, Smoke] = {
     "load": Smoke(
         "load.py",
         "--start-server --driver python --procs 1 -c 2 -n 6 --warmup 0s --scenarios "
-        "health,add_long_term,retrieve_new,retrieve_talks --fill 20 --embedder-texts 8 "
+        "health,add_long_term,add_turns,retrieve_new,retrieve_talks --fill 20 --embedder-texts 8 "
         "--out {tmp}/out",
         {
             "out/summary.json": (
@@ -165,9 +165,10 @@ SMOKES: dict[str, Smoke] = {
                 "fill.memories",
                 "fill_bench-talks.memories",
                 "embedder.batched_texts_per_s",
-                "runs.3.file",
+                "runs.4.file",
             ),
             "out/health-c2.json": GHZ_FIELDS,
+            "out/add_turns-c2.json": GHZ_FIELDS,
             "out/retrieve_new-c2.json": GHZ_FIELDS,
             "out/retrieve_talks-c2.json": GHZ_FIELDS,
         },
@@ -175,9 +176,11 @@ SMOKES: dict[str, Smoke] = {
     "load --driver go": Smoke(
         "load.py",
         "--start-server --driver go --procs 1 -c 1 -n 6 --warmup 0s --scenarios "
-        "health,add_working,retrieve_talks --fill 20 --embedder-texts 0 --out {tmp}/out",
+        "health,add_working,add_turns,retrieve_talks --fill 20 --embedder-texts 0 "
+        "--out {tmp}/out",
         {
-            "out/summary.json": ("driver", "runs.2.file"),
+            "out/summary.json": ("driver", "runs.3.file"),
+            "out/add_turns-c1.json": GHZ_FIELDS,
             "out/add_working-c1.json": GHZ_FIELDS,
             "out/retrieve_talks-c1.json": GHZ_FIELDS,
         },

@@ -82,6 +82,13 @@ func question(tag string) string {
 		pick(rng, what), tag)
 }
 
+// Turn n of a conversation: one of four speakers on one of the facts' topics.
+func turn(n int64) string {
+	rng := rand.New(rand.NewSource(n))
+	return fmt.Sprintf("%s: I %s %s %s (note %d)", pick(rng, speakers), pick(rng, does),
+		pick(rng, what), pick(rng, when), n)
+}
+
 // A question naming one of the filled conversation's speakers.
 func talkQuestion(tag string) string {
 	var seed int64
@@ -148,6 +155,14 @@ func scenarios(conn *grpc.ClientConn) map[string]invoke {
 			user := fmt.Sprintf("bench-%s-%d", c.caller(), c.seq/5000)
 			return &pb.AddRequest{Scope: c.scope(user, "agent"), Tier: pb.Tier_TIER_LONG_TERM,
 				Kind: pb.Kind_KIND_FACT, Content: fmt.Sprintf("%s [%s]", fact(c.longTermIndex()), c.run)}
+		}),
+		"add_turns": add(func(c callCtx) *pb.AddRequest {
+			// Sessions of 20 turns, each after the first embedded after its lead and alone.
+			user := fmt.Sprintf("bench-turns-%s-%d", c.caller(), c.seq/5000)
+			scope := c.scope(user, "agent")
+			scope.SessionId = fmt.Sprintf("s%d", c.seq/20)
+			return &pb.AddRequest{Scope: scope, Tier: pb.Tier_TIER_LONG_TERM,
+				Kind: pb.Kind_KIND_MESSAGE, Content: fmt.Sprintf("%s [%s]", turn(c.longTermIndex()), c.run)}
 		}),
 		"add_long_term_one_user": add(func(c callCtx) *pb.AddRequest {
 			user := fmt.Sprintf("bench-one-%s-%d", c.run, c.seq/100)

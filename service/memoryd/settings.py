@@ -313,6 +313,14 @@ class RetrievalSettings(_Block):
         le=1,
         description="Ranking: added to turns said by a speaker the query names (0: off)",
     )
+    own_weight: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="Ranking: share of a turn's own-text cosine in the cosine it ranks by, "
+        "beside its lead's (ADR 0409); a turn embedded after a lead is then also embedded "
+        "alone when added (0: neither)",
+    )
     dense_without_names: bool = Field(
         True,
         description="Ranking: when the query names a speaker, the dense side ranks by the "

@@ -116,6 +116,14 @@ TRAVEL_TURNS = [
 ]
 
 
+CAMPER_TURNS = [
+    "Mia: Did you see the match last night? The referee ruined the whole second half, "
+    "three penalties and a red card, and I was shouting at the screen until midnight.",
+    "Yusra: I finally caved and bought a used camper van today.",
+    "Mia: No way! Where will you take it first?",
+]
+
+
 async def add_turns(s: RunningServer, user: str, turns: list[str]) -> None:
     in_session = scope(user, session_id="s1")
     for text in turns:
@@ -172,6 +180,32 @@ async def test_ranking_by_the_whole_question_can_be_chosen(
     found = await recall(s, user_id, "Which places has Thandiwe travelled to?", explain=True)
     assert not any(i.explain.HasField("unnamed_dense") for i in found.items)
     assert found.items[0].content != TRAVEL_TURNS[2]  # the name outweighs the trip
+
+
+async def test_a_turn_after_another_also_ranks_by_its_own_text(
+    lt: RunningServer, user_id: str
+) -> None:
+    # A statement after a long turn about something else is embedded after it (ADR 0400)
+    # and alone; the fusion blends the second vector's cosine in (ADR 0409), and explain
+    # shows it for every turn that has one.
+    await add_turns(lt, user_id, CAMPER_TURNS)
+    found = await recall(lt, user_id, "What did Yusra buy?", explain=True, min_score=0.0)
+    assert found.items[0].content == CAMPER_TURNS[1]
+    own = {i.content: i.explain.HasField("own_dense") for i in found.items}
+    assert own == {CAMPER_TURNS[0]: False, CAMPER_TURNS[1]: True, CAMPER_TURNS[2]: True}
+    # Her statement alone is closer to the question (without her name, ADR 0408) than it
+    # is after the match report.
+    best = found.items[0].explain
+    assert best.HasField("unnamed_dense") and best.own_dense > best.unnamed_dense
+
+
+async def test_turns_rank_by_their_lead_alone_when_the_own_vector_is_off(
+    start_server: ServerFactory, user_id: str
+) -> None:
+    s = await start_server(retrieval={"own_weight": 0.0})
+    await add_turns(s, user_id, CAMPER_TURNS)
+    found = await recall(s, user_id, "What did Yusra buy?", explain=True)
+    assert found.items and not any(i.explain.HasField("own_dense") for i in found.items)
 
 
 async def test_metadata_filters_exclude_other_categories(lt: RunningServer, user_id: str) -> None:

@@ -21,6 +21,7 @@ from memoryd.stores.embeddings import MiniLMEmbedder, MiniLMOnnxEmbedder
 from memoryd.stores.embeddings.minilm_onnx import (
     MODEL_SHA256,
     _load_tokenizer,
+    _runs,
     calibration_texts,
     packaged_model_path,
     prepare_quantized,
@@ -93,6 +94,16 @@ def test_a_texts_vector_does_not_depend_on_its_batch(int8: MiniLMOnnxEmbedder) -
             if text in MIXED:
                 cos = float(np.dot(vector, alone[MIXED.index(text)]))
                 assert cos >= 0.99999, (text[:20], cos)
+
+
+def test_a_batch_runs_in_runs_of_like_lengths_so_little_is_padded() -> None:
+    # A turn (80 characters) and the same turn after its lead (160): two runs, not one
+    # padding the turn to twice its length; texts within half again of a run's shortest
+    # (and a few characters more) share it, up to 64 a run.
+    lengths = [80, 160, 85, 100, 136, 10, 30]
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    assert _runs(order, lengths) == [[5, 6], [0, 2, 3, 4], [1]]
+    assert [len(r) for r in _runs(list(range(130)), [50] * 130)] == [64, 64, 2]
 
 
 def test_two_threads_embed_at_once_with_the_same_vectors(

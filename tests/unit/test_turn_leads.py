@@ -1,5 +1,6 @@
 """A turn of a session is embedded after the turn before it (ADR 0400, the lead): a reply
-is understood with what it answers. Its keyword terms stay its own."""
+is understood with what it answers. Its keyword terms stay its own. (The vector of its own
+text, which such a turn also keeps, is test_own_vectors.py's: switched off here.)"""
 
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ from memoryd.core.models import (
     Tier,
 )
 from memoryd.core.tiers.long_term import LongTermTier
-from memoryd.settings import LongTermSettings, Settings
+from memoryd.settings import LongTermSettings, RetrievalSettings, Settings
 from tests.support.clock import MovableClock
 from tests.unit.unit_kit import LIVENESS_S, GatedEmbedder
 
 USER = Scope(tenant="t1", user_id="ines")
+LEAD_ALONE = RetrievalSettings(own_weight=0.0)
 
 
 def _turn(session: str, speaker: str, text: str, user: Scope = USER) -> AddCommand:
@@ -42,9 +44,8 @@ def embedder() -> GatedEmbedder:
 
 @pytest.fixture
 async def app(tmp_path: Path, clock: MovableClock, embedder: GatedEmbedder) -> AsyncIterator[App]:
-    built = await build_app(
-        Settings.explicit(data_dir=tmp_path / "data"), clock=clock, embedder=embedder
-    )
+    settings = Settings.explicit(data_dir=tmp_path / "data", retrieval=LEAD_ALONE)
+    built = await build_app(settings, clock=clock, embedder=embedder)
     yield built
     await built.close()
 
@@ -93,7 +94,9 @@ async def _said_with(
     """What the model embedded for `turns`, added one by one with `lead_chars`."""
     embedder = GatedEmbedder()
     settings = Settings.explicit(
-        data_dir=tmp_path / "d", long_term=LongTermSettings(lead_chars=lead_chars)
+        data_dir=tmp_path / "d",
+        long_term=LongTermSettings(lead_chars=lead_chars),
+        retrieval=LEAD_ALONE,
     )
     app = await build_app(settings, clock=clock, embedder=embedder)
     try:
@@ -251,7 +254,7 @@ async def test_an_import_embeds_its_turns_after_their_leads_as_when_added(
 async def test_a_reindex_embeds_each_turn_after_its_lead_again(
     tmp_path: Path, clock: MovableClock, embedder: GatedEmbedder
 ) -> None:
-    settings = Settings.explicit(data_dir=tmp_path / "d")
+    settings = Settings.explicit(data_dir=tmp_path / "d", retrieval=LEAD_ALONE)
     app = await build_app(settings, clock=clock, embedder=embedder)
     try:
         for speaker, text in [("Ben", "Plans?"), ("Ana", "None."), ("Ben", "Same.")]:

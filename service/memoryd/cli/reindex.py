@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from memoryd.cli.offline import embedded_store
+from memoryd.core.memory.own_vector import OWN_FIELD, pack
 from memoryd.core.memory.payload import (
     LEAD_FIELD,
     embed_text_of,
@@ -63,22 +64,33 @@ def copy_reembedded(
     batch_size: int = 128,
     progress: Callable[[int, int], None] = lambda done, total: None,
     lead_chars: int = 0,
+    own_vectors: bool = False,
 ) -> int:
-    """Copy every point (payload and id kept) from source to target with fresh vectors."""
+    """Copy every point (payload and id kept) from source to target with fresh vectors:
+    a turn embedded after a lead also gets its own text's vector again when `own_vectors`
+    (ADR 0409); otherwise it keeps none (one of another embedder would not compare)."""
     encoder = bm25.BM25Encoder()
     total = source.count()
     done = 0
     for points in every_page(source, limit=batch_size):
         texts = [embed_text_of(p.payload) for p in points]
-        vectors = embedder.embed(_after_leads(source, points, texts, lead_chars))
+        dense_texts = _after_leads(source, points, texts, lead_chars)
+        owned = [d != t and own_vectors for d, t in zip(dense_texts, texts, strict=True)]
+        own_texts = [t for t, own in zip(texts, owned, strict=True) if own]
+        computed = iter(embedder.embed(dense_texts + own_texts))
+        vectors = [next(computed) for _ in dense_texts]
         upserts = []
-        for point, text, vector in zip(points, texts, vectors, strict=True):
+        for point, text, vector, own in zip(points, texts, vectors, owned, strict=True):
+            payload = {**point.payload, TERMS_FIELD: encoder.term_ids(text)}
+            payload.pop(OWN_FIELD, None)
+            if own:
+                payload[OWN_FIELD] = pack(next(computed))
             upserts.append(
                 VectorPoint(
                     id=point.id,
                     dense=vector,
                     sparse=encoder.encode_document(text),
-                    payload={**point.payload, TERMS_FIELD: encoder.term_ids(text)},
+                    payload=payload,
                 )
             )
         target.upsert(upserts)
@@ -108,7 +120,12 @@ def reindex(settings: Settings, embedder: Embedder, progress: Callable[[int, int
     target = in_term_space(EdgeVectorStore(root, embedder.dim, building), {TERM_SPACE_KEY: space})
     try:
         copied = copy_reembedded(
-            source, target, embedder, progress=progress, lead_chars=settings.long_term.lead_chars
+            source,
+            target,
+            embedder,
+            progress=progress,
+            lead_chars=settings.long_term.lead_chars,
+            own_vectors=settings.retrieval.own_weight > 0,
         )
         target.write_meta(
             {

@@ -192,6 +192,9 @@ class ScoreComponents:
     # The cosine to the query without the speakers it names, which `fused` ranked by
     # instead of `dense` (ADR 0408); None when the query named none.
     unnamed_dense: float | None = None
+    # The cosine of a turn's own text (embedded without its lead) to that query, blended
+    # into what `fused` ranked by (ADR 0409); None for a memory that keeps no such vector.
+    own_dense: float | None = None
 
 
 @dataclass

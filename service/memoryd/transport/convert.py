@@ -635,6 +635,8 @@ def explain_scores(response: pb.RetrieveResponse, records: Sequence[MemoryRecord
         out.dense = parts.dense
         if parts.unnamed_dense is not None:
             out.unnamed_dense = parts.unnamed_dense
+        if parts.own_dense is not None:
+            out.own_dense = parts.own_dense
         out.keyword = parts.relevance - parts.dense - parts.grounding_lift
         out.fused, out.bm25, out.keyword_share = parts.fused, parts.keyword, parts.keyword_share
         out.relevance, out.rank, out.mmr = parts.relevance, parts.rank, -parts.mmr_penalty

@@ -671,6 +671,7 @@ class ScoreComponents(_message.Message):
     RELEVANCE_FIELD_NUMBER: _builtins.int
     RANK_FIELD_NUMBER: _builtins.int
     UNNAMED_DENSE_FIELD_NUMBER: _builtins.int
+    OWN_DENSE_FIELD_NUMBER: _builtins.int
     dense: _builtins.float
     """Cosine similarity of the query and the memory's embedding (clipped at 0)."""
     keyword: _builtins.float
@@ -694,6 +695,11 @@ class ScoreComponents(_message.Message):
     without that name, which `fused` ranked by instead of `dense` (the speaker lift counts
     the name once; ADR 0408).
     """
+    own_dense: _builtins.float
+    """Set when the memory is a turn that keeps its own text's vector beside the one embedded
+    after the turn before it (ADR 0409): that vector's cosine to the query `fused` ranked by,
+    blended into it with the share `retrieval.own_weight`.
+    """
     @_builtins.property
     def lifts(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Each lift by name. "conversation" moved the score (final minus relevance); "task" is what
@@ -715,13 +721,19 @@ class ScoreComponents(_message.Message):
         relevance: _builtins.float = ...,
         rank: _builtins.float = ...,
         unnamed_dense: _builtins.float | None = ...,
+        own_dense: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_unnamed_dense", b"_unnamed_dense", "unnamed_dense", b"unnamed_dense"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_own_dense", b"_own_dense", "_unnamed_dense", b"_unnamed_dense", "own_dense", b"own_dense", "unnamed_dense", b"unnamed_dense"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_unnamed_dense", b"_unnamed_dense", "bm25", b"bm25", "dense", b"dense", "final", b"final", "fused", b"fused", "keyword", b"keyword", "keyword_share", b"keyword_share", "lifts", b"lifts", "mmr", b"mmr", "rank", b"rank", "relevance", b"relevance", "unnamed_dense", b"unnamed_dense"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_own_dense", b"_own_dense", "_unnamed_dense", b"_unnamed_dense", "bm25", b"bm25", "dense", b"dense", "final", b"final", "fused", b"fused", "keyword", b"keyword", "keyword_share", b"keyword_share", "lifts", b"lifts", "mmr", b"mmr", "own_dense", b"own_dense", "rank", b"rank", "relevance", b"relevance", "unnamed_dense", b"unnamed_dense"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__own_dense: _TypeAlias = _typing.Literal["own_dense"]  # noqa: Y015
+    _WhichOneofArgType__own_dense: _TypeAlias = _typing.Literal["_own_dense", b"_own_dense"]  # noqa: Y015
     _WhichOneofReturnType__unnamed_dense: _TypeAlias = _typing.Literal["unnamed_dense"]  # noqa: Y015
     _WhichOneofArgType__unnamed_dense: _TypeAlias = _typing.Literal["_unnamed_dense", b"_unnamed_dense"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__own_dense) -> _WhichOneofReturnType__own_dense | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__unnamed_dense) -> _WhichOneofReturnType__unnamed_dense | None: ...
 
 Global___ScoreComponents: _TypeAlias = ScoreComponents  # noqa: Y015

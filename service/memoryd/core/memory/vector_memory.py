@@ -18,6 +18,7 @@ from memoryd.core.errors import StoreUnavailable
 from memoryd.core.memory import restore as restoring
 from memoryd.core.memory.derived import DerivedCache
 from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
+from memoryd.core.memory.own_vector import OWN_FIELD, pack
 from memoryd.core.memory.payload import from_payload
 from memoryd.core.memory.points import NewPoint
 from memoryd.core.memory.restore import RestorePlan, check_vector_restore, is_uuid
@@ -78,6 +79,9 @@ class VectorMemory:
         on_loop = bool(getattr(store, "searches_keep_the_gil", False))
         self._search_on_loop = store.search if on_loop else None
         self._embedder = embedder
+        # Whether a turn embedded after a lead also keeps its own vector (ADR 0409); the
+        # long-term tier embeds both before its lock.
+        self.own_vectors = retrieval.own_weight > 0
         self._clock = clock
         self._encoder = bm25.BM25Encoder()
         # Shared with the tiers built on this memory, which report their removals to it.
@@ -143,19 +147,29 @@ class VectorMemory:
         through the write instead of voided (term_counts.py)."""
         if not points:
             return 0.0
-        missing = [p.dense_text for p in points if p.vector is None]
-        embedded, embedding_ms = await self.embed(missing) if missing else ([], 0.0)
-        computed = iter(embedded)
-        vectors = [p.vector if p.vector is not None else next(computed) for p in points]
-        upserts = [
-            VectorPoint(
-                id=p.record.id,
-                dense=vector,
-                sparse=self._encoder.encode_document(p.embed_text),
-                payload={**p.payload, TERMS_FIELD: self._encoder.term_ids(p.embed_text)},
-            )
-            for p, vector in zip(points, vectors, strict=True)
+        # A point after a lead also keeps its own text's vector (ADR 0409).
+        owns = [bool(p.lead) and self.own_vectors for p in points]
+        texts = [p.dense_text for p in points if p.vector is None]
+        texts += [
+            p.embed_text
+            for p, own in zip(points, owns, strict=True)
+            if own and p.own_vector is None
         ]
+        missing = list(dict.fromkeys(texts))  # a text a batch holds twice is embedded once
+        embedded, embedding_ms = await self.embed(missing) if missing else ([], 0.0)
+        computed = dict(zip(missing, embedded, strict=True))
+        upserts = []
+        for p, own in zip(points, owns, strict=True):
+            payload = {**p.payload, TERMS_FIELD: self._encoder.term_ids(p.embed_text)}
+            if own:
+                payload[OWN_FIELD] = pack(p.own_vector or computed[p.embed_text])
+            else:
+                payload.pop(OWN_FIELD, None)
+            vector = p.vector if p.vector is not None else computed[p.dense_text]
+            sparse = self._encoder.encode_document(p.embed_text)
+            upserts.append(
+                VectorPoint(id=p.record.id, dense=vector, sparse=sparse, payload=payload)
+            )
         owner = _owner(upserts) if fresh else None
         before, held = self.derived.held(owner) if owner is not None else (None, [])
         await self.call(self.store.upsert, upserts)

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from memoryd.core.memory.own_vector import unpack
 from memoryd.core.memory.payload import content_of, embed_text_of, from_payload, is_turn
 from memoryd.core.models import Kind, MemoryRecord, ScoreComponents
 from memoryd.core.retrieval import bm25, conversation
@@ -28,6 +29,7 @@ class CandidatePool:
         query_vector: np.ndarray[Any, Any] | None,
         grounded_vector: np.ndarray[Any, Any] | None = None,
         unnamed_vector: np.ndarray[Any, Any] | None = None,
+        own_weight: float = 0.0,
     ) -> None:
         self._encoder = encoder
         self.idf = idf
@@ -38,6 +40,10 @@ class CandidatePool:
         # The query without the speakers it names (ADR 0408): the cosine the fusion ranks
         # by; `cosine` (what relevance and the score floor use) stays the query's own.
         self._unnamed = unnamed_vector
+        # A turn's own vector (ADR 0409) is compared with the query the fusion ranks by.
+        self._own_weight = own_weight
+        ranked = unnamed_vector if unnamed_vector is not None else query_vector
+        self._ranked = ranked if own_weight > 0 else None
         self.members: dict[str, conversation.Scored] = {}
         self.payloads: dict[str, dict[str, Any]] = {}
         self.vectors: dict[str, DenseVector] = {}
@@ -66,10 +72,11 @@ class CandidatePool:
                     ranked = np.maximum(ranked, grounded)
                 for row, sim in enumerate(ranked.tolist()):
                     unnamed[with_vector[row]] = sim
+        owns = self._own_cosines(points)
         added = []
         total_idf = sum(self.idf.values())
-        for (point_id, payload, vector), cosine, gain, unnamed_cosine in zip(
-            points, cosines, gains, unnamed, strict=True
+        for (point_id, payload, vector), cosine, gain, unnamed_cosine, own_cosine in zip(
+            points, cosines, gains, unnamed, owns, strict=True
         ):
             terms = self._terms_of(payload)
             matched = sum(w for t, w in self.idf.items() if t in terms)
@@ -80,6 +87,8 @@ class CandidatePool:
                 id=point_id,
                 cosine=cosine,
                 unnamed_cosine=unnamed_cosine,
+                own_cosine=own_cosine,
+                own_weight=self._own_weight,
                 grounded=gain,
                 bm25=conversation.bm25_of(
                     matched, len(terms), bm25.DEFAULT_K1, bm25.DEFAULT_B, bm25.DEFAULT_AVG_DOC_LEN
@@ -99,6 +108,21 @@ class CandidatePool:
             self.terms[point_id] = terms
             added.append(member)
         return added
+
+    def _own_cosines(self, points: Sequence[Point]) -> list[float | None]:
+        """Each turn's own vector's cosine to the ranked query, where it keeps one."""
+        out: list[float | None] = [None] * len(points)
+        if self._ranked is None:
+            return out
+        dim = len(self._ranked)
+        owned = [(i, unpack(p[1], dim)) for i, p in enumerate(points)]
+        rows = [(i, v) for i, v in owned if v is not None]
+        if rows:
+            matrix = np.stack([v for _, v in rows])
+            sims = np.clip(dots(matrix, self._ranked), 0.0, 1.0).tolist()
+            for (i, _), sim in zip(rows, sims, strict=True):
+                out[i] = sim
+        return out
 
     def record(self, components: ScoreComponents, point_id: str) -> MemoryRecord:
         """The memory `point_id` as a hit, its score and how it came about."""

@@ -46,11 +46,19 @@ class Scored:
     # The cosine to the query without the speakers it names, when it names one
     # (`without_names`): what the fusion ranks by then.
     unnamed_cosine: float | None = None
+    # The cosine of the turn's own text (embedded without its lead, ADR 0409) to the query
+    # the fusion ranks by, when the turn keeps one, and its share of `ranked_cosine`.
+    own_cosine: float | None = None
+    own_weight: float = 0.0
 
     @property
     def ranked_cosine(self) -> float:
-        """The cosine the fusion ranks by (ADR 0408)."""
-        return self.cosine if self.unnamed_cosine is None else self.unnamed_cosine
+        """The cosine the fusion ranks by: to the query without the speakers it names (ADR
+        0408), blended with the turn's own vector's (ADR 0409)."""
+        ranked = self.cosine if self.unnamed_cosine is None else self.unnamed_cosine
+        if self.own_cosine is None:
+            return ranked
+        return (1.0 - self.own_weight) * ranked + self.own_weight * self.own_cosine
 
     @property
     def turn(self) -> tuple[str, int] | None:

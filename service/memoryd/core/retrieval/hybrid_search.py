@@ -191,6 +191,7 @@ class HybridSearch:
             _array(dense),
             _array(grounded) if dense is not None else None,
             _array(unnamed[0]) if unnamed else None,
+            self._settings.own_weight,
         )
         members = pool.add_all([(h.id, h.payload, h.dense_vector) for h in hits])
         neighbours = pool.add_all(

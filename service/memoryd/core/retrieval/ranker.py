@@ -128,6 +128,7 @@ class Ranker:
                 ScoreComponents(
                     dense=m.cosine - m.grounded,
                     unnamed_dense=m.unnamed_cosine,
+                    own_dense=m.own_cosine,
                     grounding_lift=m.grounded,
                     keyword=m.bm25,
                     keyword_share=m.share,

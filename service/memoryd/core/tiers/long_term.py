@@ -158,10 +158,12 @@ class LongTermTier(ArchivingVectorTier):
         # only, so concurrent Adds of one user share model calls instead of queueing for
         # them. (A memory that turns out a duplicate or over quota was embedded for nothing;
         # the embedding cache makes a repeat of it cheap.)
-        texts = [
-            with_lead(lead, self._embed_text(c))
-            for c, lead in zip(cmds, await self._expected_leads(cmds), strict=True)
-        ]
+        texts = []
+        for c, lead in zip(cmds, await self._expected_leads(cmds), strict=True):
+            texts.append(with_lead(lead, self._embed_text(c)))
+            if lead and self._memory.own_vectors:  # its own vector too (ADR 0409)
+                texts.append(self._embed_text(c))
+        texts = list(dict.fromkeys(texts))
         vectors, _ = await self._memory.embed(texts)
         embedded = dict(zip(texts, vectors, strict=True))
         for user, indices in users.items():
@@ -286,9 +288,10 @@ class LongTermTier(ArchivingVectorTier):
                     record.position = (before.position if before is not None else 0) + 1
                     placed[session] = record
                 point = self._new_point(record, cmd.scope, before)
-                # The text embedded before the lock, unless the payload or the lead turned
-                # out otherwise (then `insert` embeds it).
-                points.append(replace(point, vector=embedded.get(point.dense_text)))
+                # The texts embedded before the lock, unless the payload or the lead turned
+                # out otherwise (then `insert` embeds them).
+                own = embedded.get(point.embed_text) if point.lead else None
+                points.append(replace(point, vector=embedded.get(point.dense_text), own_vector=own))
                 first_of.setdefault(digest, record.id)
                 outcomes.append(
                     AddResult(record.id, operation, Tier.LONG_TERM, max(0, limit - held))

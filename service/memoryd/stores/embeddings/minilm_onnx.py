@@ -62,8 +62,28 @@ _RECIPES: dict[Quantization, str] = {
 _CALIBRATION = "calibration.txt"  # package data beside this module
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
 _CHUNK = 64  # texts per model run, sorted by length so padding stays short
+# A run pads its texts to its longest, and a padded row costs about what a text that long
+# would: a text longer than this times a run's shortest (+ a few tokens' worth of
+# characters, cheaper to pad than a run of their own) starts a new run. A turn and its
+# lead (ADR 0409; 22 and 45 tokens) on an AVX2-only CPU: 28.4 ms in one run, 24.5 in two.
+_PADDED_AT_MOST = 1.5
+_PADDED_ANYWAY = 16
 
 _log = logging.getLogger(__name__)
+
+
+def _runs(order: list[int], lengths: list[int]) -> list[list[int]]:
+    """`order` (indices, shortest text first) cut into model runs of at most `_CHUNK`
+    texts whose lengths (characters, which follow the tokens closely enough) stay within
+    `_PADDED_AT_MOST` of each run's shortest."""
+    runs: list[list[int]] = []
+    for i in order:
+        limit = _PADDED_AT_MOST * lengths[runs[-1][0]] + _PADDED_ANYWAY if runs else 0
+        if runs and len(runs[-1]) < _CHUNK and lengths[i] <= limit:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
 
 
 def packaged_model_path() -> Path:
@@ -396,8 +416,7 @@ class MiniLMOnnxEmbedder:
             # so a batch gives each text its vector alone (to float rounding).
             # Shortest first, as sentence-transformers does: a chunk pads to its longest.
             order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-            for start in range(0, len(order), _CHUNK):
-                chunk = order[start : start + _CHUNK]
+            for chunk in _runs(order, [len(t) for t in texts]):
                 out[chunk] = self._run(session, tokenizer, [texts[i] for i in chunk])
         vectors: list[list[float]] = out.tolist()
         return vectors
