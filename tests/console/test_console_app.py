@@ -167,8 +167,10 @@ async def test_ask_shows_the_cosine_a_named_speaker_was_ranked_without(stack: St
     asked = {"q": "Which places has Thandiwe travelled to?"}
     page = (await client.get("/users/ana/ask", params=asked)).text
     assert "Back from Marrakech" in page and 'class="unnamed"' in page
+    assert 'class="own"' in page  # the second turn's own text, without the first (ADR 0409)
     plain = (await client.get("/users/ana/ask", params={"q": "skiing"})).text
     assert "ana enjoys skiing" in plain and 'class="unnamed"' not in plain
+    assert 'class="own"' not in plain
 
 
 async def test_a_reader_gets_no_erase_form_and_its_forged_post_is_refused(stack: Stack) -> None:
