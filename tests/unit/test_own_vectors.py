@@ -63,8 +63,8 @@ def _stored(app: App, user: Scope = USER) -> dict[str, StoredPoint]:
     }
 
 
-def _cosine_to(packed: StoredPoint, text: str) -> float:
-    own = unpack(packed.payload, DIM)
+def _cosine_to(point: StoredPoint, text: str) -> float:
+    own = unpack(point.payload, DIM)
     assert own is not None
     return float(np.dot(own, np.asarray(HashEmbedder().embed([text])[0])))
 
