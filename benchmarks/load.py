@@ -169,9 +169,11 @@ class Ctx:
         return f"{self.run}-{self.proc}-{self.worker}"
 
 
-def _scope(ctx: Ctx, *, user: str | None = None, agent: str = "agent") -> pb.Scope:
+def _scope(
+    ctx: Ctx, *, user: str | None = None, agent: str = "agent", session: str = "s"
+) -> pb.Scope:
     return pb.Scope(
-        user_id=user or f"bench-{ctx.caller}", agent_id=agent, session_id="s", task_id="t"
+        user_id=user or f"bench-{ctx.caller}", agent_id=agent, session_id=session, task_id="t"
     )
 
 
@@ -206,10 +208,9 @@ def _add_long_term(ctx: Ctx) -> Message:
 def _add_turns(ctx: Ctx) -> Message:
     # A conversation: sessions of 20 turns, each after the first embedded after its lead
     # and alone (ADR 0400, 0409); a new user every 5,000 calls (the quota).
-    scope = _scope(ctx, user=f"bench-turns-{ctx.caller}-{ctx.seq // 5000}")
-    scope.session_id = f"s{ctx.seq // 20}"
+    user, session = f"bench-turns-{ctx.caller}-{ctx.seq // 5000}", f"s{ctx.seq // 20}"
     return pb.AddRequest(
-        scope=scope,
+        scope=_scope(ctx, user=user, session=session),
         tier=pb.TIER_LONG_TERM,
         kind=pb.KIND_MESSAGE,
         content=f"{turn(_long_term_index(ctx))} [{ctx.run}]",

@@ -77,14 +77,14 @@ def copy_reembedded(
         dense_texts = _after_leads(source, points, texts, lead_chars)
         owned = [d != t and own_vectors for d, t in zip(dense_texts, texts, strict=True)]
         own_texts = [t for t, own in zip(texts, owned, strict=True) if own]
-        computed = iter(embedder.embed(dense_texts + own_texts))
-        vectors = [next(computed) for _ in dense_texts]
+        embedded = embedder.embed(dense_texts + own_texts)
+        vectors, own_vectors_left = embedded[: len(points)], iter(embedded[len(points) :])
         upserts = []
         for point, text, vector, own in zip(points, texts, vectors, owned, strict=True):
             payload = {**point.payload, TERMS_FIELD: encoder.term_ids(text)}
             payload.pop(OWN_FIELD, None)
             if own:
-                payload[OWN_FIELD] = pack(next(computed))
+                payload[OWN_FIELD] = pack(next(own_vectors_left))
             upserts.append(
                 VectorPoint(
                     id=point.id,

@@ -79,9 +79,7 @@ class VectorMemory:
         on_loop = bool(getattr(store, "searches_keep_the_gil", False))
         self._search_on_loop = store.search if on_loop else None
         self._embedder = embedder
-        # Whether a turn embedded after a lead also keeps its own vector (ADR 0409); the
-        # long-term tier embeds both before its lock.
-        self.own_vectors = retrieval.own_weight > 0
+        self._own_vectors = retrieval.own_weight > 0
         self._clock = clock
         self._encoder = bm25.BM25Encoder()
         # Shared with the tiers built on this memory, which report their removals to it.
@@ -139,6 +137,12 @@ class VectorMemory:
             must.append(live_condition(self._clock()))
         return Filter(must=must, must_not=must_not)
 
+    def keeps_own(self, lead: str) -> bool:
+        """Whether a memory embedded after `lead` also keeps its own text's vector (ADR
+        0409): a turn after another, while the ranking gives that vector a share. (The
+        long-term tier asks before its lock, to embed both texts in one call.)"""
+        return bool(lead) and self._own_vectors
+
     async def insert(self, points: Sequence[NewPoint], *, fresh: bool = False) -> float:
         """Embed (what is not embedded yet) and upsert; returns the embedding time in ms.
 
@@ -147,8 +151,7 @@ class VectorMemory:
         through the write instead of voided (term_counts.py)."""
         if not points:
             return 0.0
-        # A point after a lead also keeps its own text's vector (ADR 0409).
-        owns = [bool(p.lead) and self.own_vectors for p in points]
+        owns = [self.keeps_own(p.lead) for p in points]
         texts = [p.dense_text for p in points if p.vector is None]
         texts += [
             p.embed_text
@@ -163,8 +166,6 @@ class VectorMemory:
             payload = {**p.payload, TERMS_FIELD: self._encoder.term_ids(p.embed_text)}
             if own:
                 payload[OWN_FIELD] = pack(p.own_vector or computed[p.embed_text])
-            else:
-                payload.pop(OWN_FIELD, None)
             vector = p.vector if p.vector is not None else computed[p.dense_text]
             sparse = self._encoder.encode_document(p.embed_text)
             upserts.append(

@@ -115,8 +115,7 @@ class CandidatePool:
         if self._ranked is None:
             return out
         dim = len(self._ranked)
-        owned = [(i, unpack(p[1], dim)) for i, p in enumerate(points)]
-        rows = [(i, v) for i, v in owned if v is not None]
+        rows = [(i, v) for i, p in enumerate(points) if (v := unpack(p[1], dim)) is not None]
         if rows:
             matrix = np.stack([v for _, v in rows])
             sims = np.clip(dots(matrix, self._ranked), 0.0, 1.0).tolist()

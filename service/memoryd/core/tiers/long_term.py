@@ -161,7 +161,7 @@ class LongTermTier(ArchivingVectorTier):
         texts = []
         for c, lead in zip(cmds, await self._expected_leads(cmds), strict=True):
             texts.append(with_lead(lead, self._embed_text(c)))
-            if lead and self._memory.own_vectors:  # its own vector too (ADR 0409)
+            if self._memory.keeps_own(lead):  # its own vector too (ADR 0409)
                 texts.append(self._embed_text(c))
         texts = list(dict.fromkeys(texts))
         vectors, _ = await self._memory.embed(texts)
