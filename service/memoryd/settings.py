@@ -334,6 +334,13 @@ class RetrievalSettings(_Block):
         description="Ranking: added to memories whose occurred_at lies in the time the query "
         "names ('last week', 'in May 2023', 'before she moved'); 0: off",
     )
+    when_lift: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="Ranking: added to memories that tell a time ('yesterday', 'last Sunday', "
+        "'on the 25th') when the query asks when something happened (ADR 0410); 0: off",
+    )
     link_weight: float = Field(
         0.0,
         ge=0,

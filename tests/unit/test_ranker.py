@@ -78,6 +78,47 @@ def test_the_lifts_show_in_the_components_of_the_memories_they_lifted() -> None:
     assert ruth.final >= ruth.relevance
 
 
+def _told(pool: CandidatePool, **contents: str) -> CandidatePool:
+    for name, content in contents.items():
+        pool.payloads[name] = {"content": content}
+    return pool
+
+
+def test_a_when_question_lifts_the_memory_that_tells_a_time() -> None:
+    # Close in the fused score (scaled over the pool: the aside is its bottom).
+    hits = [_m("story", 0.60), _m("dated", 0.59), _m("aside", 0.2)]
+    pool = _told(
+        _pool(),
+        story="Tomás: the boat went over and I swam back to the dock",
+        dated="Tomás: I capsized last Sunday, first time ever",
+        aside="Priya: ha, of course you did",
+    )
+    ranker = _ranker(relative_cutoff=0.0)
+
+    asked_when = ranker.rank(RankQuery("When did Tomás capsize?", None, 0.0, 2), pool, hits)
+    assert [i for i, _ in asked_when.picks] == ["dated", "story"]
+    dated = dict(asked_when.picks)["dated"]
+    assert dated.when_lift == RetrievalSettings().when_lift
+    assert dated.rank == pytest.approx(dated.fused + dated.when_lift)
+    assert dict(asked_when.picks)["story"].when_lift == 0.0
+    # It reorders only: the score callers see is the memory's relevance.
+    assert dated.final == dated.relevance
+
+
+def test_only_a_when_question_lifts_a_told_time_and_zero_turns_it_off() -> None:
+    pool = _told(_pool(), story="the boat went over", dated="I capsized last Sunday", aside="ha")
+
+    def order(query: str, **settings: float) -> list[str]:
+        hits = [_m("story", 0.60), _m("dated", 0.59), _m("aside", 0.2)]
+        ranking = _ranker(relative_cutoff=0.0, **settings).rank(
+            RankQuery(query, None, 0.0, 2), pool, hits
+        )
+        return [i for i, _ in ranking.picks]
+
+    assert order("Why did Tomás capsize?") == ["story", "dated"]
+    assert order("When did Tomás capsize?", when_lift=0.0) == ["story", "dated"]
+
+
 def test_a_memory_below_the_floor_is_never_picked() -> None:
     hits = [_m("good", 0.9), _m("poor", 0.1)]
     ranking = _ranker().rank(RankQuery("q", None, 0.3, 5), _pool(), hits)

@@ -6,7 +6,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memoryd.core.retrieval.temporal import Anchor, TimeResolver, TimeWindow
+from memoryd.core.retrieval.temporal import (
+    Anchor,
+    TimeResolver,
+    TimeWindow,
+    asks_when,
+    tells_a_time,
+)
 
 NOW = datetime(2023, 9, 13, 15, 0, tzinfo=UTC).timestamp()  # a Wednesday
 
@@ -60,3 +66,45 @@ def test_questions_naming_no_time_resolve_to_nothing(resolver: TimeResolver) -> 
     assert resolver.resolve("What breed is Priya's dog Biscuit?", NOW) is None
     assert resolver.resolve("When did Tomás sign the lease?", NOW) is None
     assert resolver.resolve("Did he ever say what happened before?", NOW) is None
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["When did Priya bring Biscuit home?", "when was the recital", "What year did he move?",
+     "How long ago was the race?"],
+)  # fmt: skip
+def test_a_question_asking_when_is_recognised(query: str) -> None:
+    assert asks_when(query)
+
+
+@pytest.mark.parametrize(
+    "query", ["Why did she start salsa?", "Whenever I cook, what do I make?", "Where was Sam?"]
+)
+def test_other_questions_do_not_ask_when(query: str) -> None:
+    assert not asks_when(query)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I capsized last Sunday.",
+        "Back from Oaxaca! Landed yesterday.",
+        "I picked him up from Second Chance on the 25th.",
+        "The chicks arrived on Thursday!",
+        "We moved three days ago.",
+        "In May we finally left.",
+        "That was back in 2019.",
+        "I start next week.",
+    ],
+)
+def test_a_text_that_dates_what_it_says_tells_a_time(text: str) -> None:
+    assert tells_a_time(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Ha, of course you did.", "I may go, we will see.", "That was the last thing I wanted.",
+     "Past the bakery, turn left."],
+)  # fmt: skip
+def test_a_text_without_a_time_tells_none(text: str) -> None:
+    assert not tells_a_time(text)

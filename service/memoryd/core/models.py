@@ -168,7 +168,8 @@ class ScoreComponents:
     `dense` is the cosine to the query (clipped at 0) and `keyword` the memory's BM25 under
     the user's own IDF, `keyword_share` the IDF-weighted share of the query's terms it holds;
     `fused` their convex fusion over the candidate pool; the lifts are what was added for
-    the speaker the query names, the time it names and the memory's conversation (best
+    the speaker the query names, the time it names (or, for a when-question, the time the
+    memory tells) and the memory's conversation (best
     neighbouring turn, question hand-off); `rank` is what the candidates were ordered by;
     `mmr_penalty` what the memory's likeness to an earlier pick took off it (0 when not
     diversified); `relevance` the absolute 0..1 score before the conversation lift and
@@ -189,6 +190,8 @@ class ScoreComponents:
     grounding_lift: float = 0.0
     # What the second hop by rare terms (ADR 0404) added to `rank`.
     link_lift: float = 0.0
+    # What telling a time added to `rank` when the query asks when (ADR 0410).
+    when_lift: float = 0.0
     # The cosine to the query without the speakers it names, which `fused` ranked by
     # instead of `dense` (ADR 0408); None when the query named none.
     unnamed_dense: float | None = None

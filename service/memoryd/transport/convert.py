@@ -645,6 +645,7 @@ def explain_scores(response: pb.RetrieveResponse, records: Sequence[MemoryRecord
             ("task", parts.grounding_lift),
             ("speaker (rank)", parts.speaker_lift),
             ("time (rank)", parts.time_lift),
+            ("when (rank)", parts.when_lift),
             ("conversation (rank)", parts.conversation_lift),
             ("link (rank)", parts.link_lift),
         ):

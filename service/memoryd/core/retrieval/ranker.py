@@ -1,7 +1,7 @@
 """The ranking of a hybrid search: candidates in, picks with their score components out.
 
 Pure computation over the candidate pool (docs/ranking.md walks through it): convex
-fusion of keyword and cosine scores, the speaker and time lifts, the conversation lift,
+fusion of keyword and cosine scores, the speaker, time and when lifts, the conversation lift,
 the relevance floor and cut-off, then picking (MMR, or with a context window `spread`).
 Every pick carries its `ScoreComponents`, so a caller can tell why a memory ranked.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from memoryd.core.memory.payload import content_of
 from memoryd.core.models import ScoreComponents
 from memoryd.core.observe import Observer
 from memoryd.core.retrieval import bm25, conversation
@@ -18,7 +19,7 @@ from memoryd.core.retrieval.candidates import CandidatePool
 from memoryd.core.retrieval.links import Links
 from memoryd.core.retrieval.links import lift as lift_links
 from memoryd.core.retrieval.mmr import Candidate, diversify
-from memoryd.core.retrieval.temporal import Anchor, TimeWindow
+from memoryd.core.retrieval.temporal import Anchor, TimeWindow, asks_when, tells_a_time
 from memoryd.settings import RetrievalSettings
 
 
@@ -87,11 +88,20 @@ class Ranker:
         if isinstance(when, Anchor):
             when = self._anchor_window(when, members, pool)
         window = when if isinstance(when, TimeWindow) else None
+        # A when-question is answered by the memory that tells the event with a time
+        # ("last Sunday"): its own time then dates it (ADR 0410).
+        dated = (
+            {m.id for m in members if tells_a_time(content_of(pool.payloads[m.id]))}
+            if settings.when_lift > 0 and asks_when(query.text)
+            else set()
+        )
         for m in members:
             if m.speaker and m.speaker in named:
                 m.base += settings.speaker_lift
             if window is not None and window.contains(m.occurred_at):
                 m.base += settings.time_lift
+            if m.id in dated:
+                m.base += settings.when_lift
         lift = settings.adjacency_weight, settings.question_handoff
         ranks = conversation.conversation_lift(members, {m.id: m.base for m in members}, *lift)
         linked = lift_links(ranks, links) if links is not None else {}
@@ -145,6 +155,7 @@ class Ranker:
                     relevance=own[m.id],
                     final=min(1.0, scores[m.id]),
                     link_lift=linked.get(m.id, 0.0),
+                    when_lift=settings.when_lift if m.id in dated else 0.0,
                 ),
             )
             for m, penalty in chosen

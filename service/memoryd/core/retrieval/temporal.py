@@ -60,6 +60,23 @@ _TIME_WORDS = frozenset(
 _RELATIVE_WORDS = frozenset(
     ["yesterday", "today", "tonight", "tomorrow", "ago", "last", "past", "previous", "this", "next"]
 )
+# A question asking when something happened ("When did she adopt Biscuit?", "What year
+# did he move?", "How long ago was the race?").
+_ASKS_WHEN = re.compile(r"\s*(when|what (day|date|year|month)|how long ago)\b", re.IGNORECASE)
+_DAYS = "|".join(d.casefold() for d in calendar.day_name)
+# "May" only where it is the month ("in May", "May 3rd"), not the verb.
+_MONTHS = "|".join(m.casefold() for m in calendar.month_name[1:] if m != "May")
+# A time a turn tells what it says by: deictic ("yesterday", "last Sunday", "three days
+# ago"), a weekday or month by its full name, a day of the month or a year. Stricter than
+# `_TIME_WORDS` (no "may", "last", "past" alone), which only gates a query's parse.
+_TELLS_A_TIME = re.compile(
+    rf"\b(yesterday|today|tonight|tomorrow|ago|{_DAYS}|{_MONTHS}"
+    r"|(this|last|next) (morning|afternoon|evening|night|week|weekend|month|year|spring"
+    r"|summer|autumn|fall|winter)"
+    r"|(in|since|early|late|mid|last|next|this) may|may \d"
+    r"|the other day|\d{1,2}(st|nd|rd|th)|(19|20)\d\d)\b",
+    re.IGNORECASE,
+)
 # Clause words that end an event ("before she moved to Lisbon, what ...").
 _CLAUSE_END = re.compile(r"[,;?.!]")
 
@@ -210,3 +227,15 @@ def _period_window(when: datetime, period: str) -> TimeWindow:
     else:
         start, end = day, day + timedelta(days=1)
     return TimeWindow(start.timestamp(), end.timestamp())
+
+
+def asks_when(query: str) -> bool:
+    """Whether `query` asks when something happened: its answer is the time of a memory
+    that tells the event (ADR 0410)."""
+    return _ASKS_WHEN.match(query) is not None
+
+
+def tells_a_time(text: str) -> bool:
+    """Whether `text` dates what it says ("I capsized last Sunday", "the chicks arrived
+    on Thursday", "on the 25th"): with its session's time, the answer to a when-question."""
+    return _TELLS_A_TIME.search(text) is not None
