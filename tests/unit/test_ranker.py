@@ -119,6 +119,22 @@ def test_only_a_when_question_lifts_a_told_time_and_zero_turns_it_off() -> None:
     assert order("When did Tomás capsize?", when_lift=0.0) == ["story", "dated"]
 
 
+def test_a_speaker_named_like_a_month_tells_no_time() -> None:
+    hits = [
+        _m("story", 0.60, speaker="Ben"),
+        _m("april", 0.59, speaker="April"),
+        _m("aside", 0.2, speaker="Ben"),
+    ]
+    pool = _told(
+        _pool(), story="Ben: the boat went over", april="April: I saw it go over", aside="Ben: ha"
+    )
+    ranking = _ranker(relative_cutoff=0.0).rank(
+        RankQuery("When did the boat go over?", None, 0.0, 2), pool, hits
+    )
+    assert [i for i, _ in ranking.picks] == ["story", "april"]
+    assert dict(ranking.picks)["april"].when_lift == 0.0
+
+
 def test_a_memory_below_the_floor_is_never_picked() -> None:
     hits = [_m("good", 0.9), _m("poor", 0.1)]
     ranking = _ranker().rank(RankQuery("q", None, 0.3, 5), _pool(), hits)

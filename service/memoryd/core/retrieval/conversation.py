@@ -134,6 +134,13 @@ def speaker_of(metadata: Mapping[str, object], content: str, *, said: bool) -> s
     return _line_speaker(content[: end + 2]) if end > 0 else ""
 
 
+def without_speaker(content: str, speaker: str) -> str:
+    """A turn's text without the "Name: " its line begins with (a name such as "April" is
+    no time the turn tells)."""
+    head = f"{speaker}: "
+    return content[len(head) :] if speaker and content.startswith(head) else content
+
+
 @lru_cache(maxsize=4096)
 def _line_speaker(head: str) -> str:
     """The name of a line beginning `head` ("Priya: "), or ""."""

@@ -90,11 +90,8 @@ class Ranker:
         window = when if isinstance(when, TimeWindow) else None
         # A when-question is answered by the memory that tells the event with a time
         # ("last Sunday"): its own time then dates it (ADR 0410).
-        dated = (
-            {m.id for m in members if tells_a_time(content_of(pool.payloads[m.id]))}
-            if settings.when_lift > 0 and asks_when(query.text)
-            else set()
-        )
+        asked_when = settings.when_lift > 0 and asks_when(query.text)
+        dated = {m.id for m in members if asked_when and _tells_a_time(m, pool)}
         for m in members:
             if m.speaker and m.speaker in named:
                 m.base += settings.speaker_lift
@@ -175,6 +172,12 @@ class Ranker:
         if best is None or _keyword_share(weights, pool.terms[best.id]) <= 0:
             return None
         return anchor.window(best.occurred_at)
+
+
+def _tells_a_time(member: conversation.Scored, pool: CandidatePool) -> bool:
+    """Whether a candidate's words, not its speaker's name, tell a time."""
+    content = content_of(pool.payloads[member.id])
+    return tells_a_time(conversation.without_speaker(content, member.speaker))
 
 
 def _keyword_share(idf: dict[int, float], terms: set[int]) -> float:
