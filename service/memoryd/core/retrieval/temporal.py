@@ -69,13 +69,13 @@ _MONTHS = "|".join(m.casefold() for m in calendar.month_name[1:] if m != "May")
 # A time a turn tells what it says by: deictic ("yesterday", "last Sunday", "three days
 # ago"), a weekday or month by its full name, a day of the month or a year. Stricter than
 # `_TIME_WORDS` (no "may", "last", "past" alone), which only gates a query's parse.
+# Matched against the casefolded text: IGNORECASE makes this alternation 3x slower.
 _TELLS_A_TIME = re.compile(
     rf"\b(yesterday|today|tonight|tomorrow|ago|{_DAYS}|{_MONTHS}"
     r"|(this|last|next) (morning|afternoon|evening|night|week|weekend|month|year|spring"
     r"|summer|autumn|fall|winter)"
     r"|(in|since|early|late|mid|last|next|this) may|may \d"
     r"|the other day|\d{1,2}(st|nd|rd|th)|(19|20)\d\d)\b",
-    re.IGNORECASE,
 )
 # Clause words that end an event ("before she moved to Lisbon, what ...").
 _CLAUSE_END = re.compile(r"[,;?.!]")
@@ -238,4 +238,4 @@ def asks_when(query: str) -> bool:
 def tells_a_time(text: str) -> bool:
     """Whether `text` dates what it says ("I capsized last Sunday", "the chicks arrived
     on Thursday", "on the 25th"): with its session's time, the answer to a when-question."""
-    return _TELLS_A_TIME.search(text) is not None
+    return _TELLS_A_TIME.search(text.casefold()) is not None
