@@ -74,38 +74,49 @@ async def _measure(
     texts = [
         utterance(rng, 3, 8)
         + rng.choice(["", "?", " in May 2023?", " last week", f" said {rng.choice(SPEAKERS)}"])
-        for _ in range(queries * 9)
+        for _ in range(queries * 11)
     ]
     user_scope = Scope(tenant="default", user_id=user)
     await engine.retrieve(RetrieveQuery(scope=user_scope, query="warm up", top_k=5))
     defaults = {
         k: getattr(retrieval, k)
-        for k in ("adjacency_weight", "speaker_lift", "time_lift", "diversity", "link_weight")
+        for k in (
+            "adjacency_weight",
+            "speaker_lift",
+            "time_lift",
+            "when_lift",
+            "diversity",
+            "link_weight",
+        )
     }
-    rows: list[tuple[str, dict[str, float], int]] = [
-        ("all steps (default)", {}, 0),
-        ("all steps, context_window 1", {}, 1),
-        ("no adjacency lift", {"adjacency_weight": 0.0}, 0),
-        ("no time lift", {"time_lift": 0.0}, 0),
-        ("no speaker lift", {"speaker_lift": 0.0}, 0),
-        ("MMR diversity 0.3", {"diversity": 0.3}, 0),
+    # name, settings changed, context window, what each query is asked as
+    rows: list[tuple[str, dict[str, float], int, str]] = [
+        ("all steps (default)", {}, 0, "{}"),
+        ("all steps, context_window 1", {}, 1, "{}"),
+        ("no adjacency lift", {"adjacency_weight": 0.0}, 0, "{}"),
+        ("no time lift", {"time_lift": 0.0}, 0, "{}"),
+        ("no speaker lift", {"speaker_lift": 0.0}, 0, "{}"),
+        ("MMR diversity 0.3", {"diversity": 0.3}, 0, "{}"),
         # The second hop (ADR 0404, off by default) acts only at top_k > link_hits.
-        ("second hop on (links 0.2)", {"link_weight": 0.2}, 0),
+        ("second hop on (links 0.2)", {"link_weight": 0.2}, 0, "{}"),
+        # The when lift (ADR 0410) reads every candidate's text, for when-questions only.
+        ("when-questions (default)", {}, 0, "When did {}"),
+        ("when-questions, no when lift", {"when_lift": 0.0}, 0, "When did {}"),
     ]
-    total: dict[str, list[float]] = {name: [] for name, _, _ in rows}
-    embedding: dict[str, list[float]] = {name: [] for name, _, _ in rows}
+    total: dict[str, list[float]] = {name: [] for name, *_ in rows}
+    embedding: dict[str, list[float]] = {name: [] for name, *_ in rows}
     # CPU time of the whole process per Retrieve (every thread): on a loaded machine the
     # wall-clock figures are noise, the CPU spent per call is not.
-    cpu: dict[str, float] = {name: 0.0 for name, _, _ in rows}
+    cpu: dict[str, float] = {name: 0.0 for name, *_ in rows}
     # With several rounds every row runs a share of its queries in each, in turn (the
     # order reversed every other round), so that a shared machine's drift hits all rows.
     for r in range(rounds):
         share = queries // rounds + (1 if r < queries % rounds else 0)
-        for name, changes, window in rows if r % 2 == 0 else rows[::-1]:
+        for name, changes, window, asked in rows if r % 2 == 0 else rows[::-1]:
             for key, value in defaults.items():
                 setattr(retrieval, key, changes.get(key, value))
             for _ in range(share):
-                query = texts.pop()
+                query = asked.format(texts.pop())
                 started, cpu_started = time.perf_counter(), time.process_time()
                 found = await engine.retrieve(
                     RetrieveQuery(
@@ -120,7 +131,7 @@ async def _measure(
                 cpu[name] += (time.process_time() - cpu_started) * 1000
                 embedding[name].append(found.embedding_ms)
     measured: list[dict[str, Any]] = []
-    for name, _, _ in rows:
+    for name, *_ in rows:
         times, embedded = total[name], embedding[name]
         measured.append(
             {

@@ -13,6 +13,7 @@ stay on disk until read, ADR 0602).
 from __future__ import annotations
 
 import base64
+import binascii
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,15 +37,31 @@ def unpack(payload: Mapping[str, Any], dim: int) -> npt.NDArray[np.float32] | No
     """The unit-length own vector a payload keeps, or None: the point has none (not a turn
     after another, or written before ADR 0409), or it is not of this dimension (written by
     another embedder: `memoryd reindex` computes it again)."""
-    packed = payload.get(OWN_FIELD)
-    if not isinstance(packed, str):
-        return None
-    try:
-        raw = base64.b64decode(packed, validate=True)
-    except ValueError:
-        return None
-    if len(raw) != dim:
-        return None
-    values = np.frombuffer(raw, dtype=np.int8).astype(np.float32)
-    norm = float(np.linalg.norm(values))
-    return values / norm if norm > 0 else None
+    kept, rows = unpack_all([payload], dim)
+    return rows[0] if kept else None
+
+
+def unpack_all(
+    payloads: Sequence[Mapping[str, Any]], dim: int
+) -> tuple[list[int], npt.NDArray[np.float32]]:
+    """The own vectors of `payloads` (as `unpack` reads one) as the rows of one matrix, in
+    one conversion, with the index of the payload each row came from."""
+    kept: list[int] = []
+    raws: list[bytes] = []
+    for i, payload in enumerate(payloads):
+        packed = payload.get(OWN_FIELD)
+        if not isinstance(packed, str):
+            continue
+        try:  # strict: what `b64decode(validate=True)` checks, without its regular expression
+            raw = binascii.a2b_base64(packed, strict_mode=True)
+        except ValueError:  # binascii.Error is one
+            continue
+        if len(raw) == dim:
+            kept.append(i)
+            raws.append(raw)
+    values = np.frombuffer(b"".join(raws), dtype=np.int8).astype(np.float32)
+    matrix = values.reshape(len(raws), dim)
+    norms = np.linalg.norm(matrix, axis=1)
+    live = norms > 0
+    rows = [i for i, ok in zip(kept, live.tolist(), strict=True) if ok]
+    return rows, matrix[live] / norms[live, None]

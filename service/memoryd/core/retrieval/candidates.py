@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryd.core.memory.own_vector import unpack
+from memoryd.core.memory.own_vector import unpack_all
 from memoryd.core.memory.payload import content_of, embed_text_of, from_payload, is_turn
 from memoryd.core.models import Kind, MemoryRecord, ScoreComponents
 from memoryd.core.retrieval import bm25, conversation
@@ -114,12 +114,10 @@ class CandidatePool:
         out: list[float | None] = [None] * len(points)
         if self._ranked is None:
             return out
-        dim = len(self._ranked)
-        rows = [(i, v) for i, p in enumerate(points) if (v := unpack(p[1], dim)) is not None]
+        rows, matrix = unpack_all([p[1] for p in points], len(self._ranked))
         if rows:
-            matrix = np.stack([v for _, v in rows])
             sims = np.clip(dots(matrix, self._ranked), 0.0, 1.0).tolist()
-            for (i, _), sim in zip(rows, sims, strict=True):
+            for i, sim in zip(rows, sims, strict=True):
                 out[i] = sim
         return out
 
