@@ -13,7 +13,7 @@ import pytest
 
 from memoryd.app import App, build_app
 from memoryd.cli.reindex import reindex
-from memoryd.core.memory.own_vector import OWN_FIELD, pack, unpack
+from memoryd.core.memory.own_vector import OWN_FIELD, pack, unpack, unpack_all
 from memoryd.core.models import AddCommand, ExportQuery, Kind, Lookup, Scope, Tier
 from memoryd.core.retrieval import bm25
 from memoryd.core.retrieval.candidates import CandidatePool
@@ -188,3 +188,21 @@ def test_a_packed_vector_keeps_its_direction_and_a_foreign_one_is_ignored() -> N
     assert unpack({OWN_FIELD: "not base64!"}, 384) is None
     assert unpack({OWN_FIELD: 7}, 384) is None
     assert unpack({}, 384) is None
+
+
+def test_many_payloads_are_unpacked_as_one_matrix_each_row_naming_its_payload() -> None:
+    rng = np.random.default_rng(5)
+    first, second = rng.normal(size=384), rng.normal(size=384)
+    payloads = [
+        {OWN_FIELD: pack(first.tolist())},
+        {},  # keeps none
+        {OWN_FIELD: pack(rng.normal(size=768).tolist())},  # another embedder's
+        {OWN_FIELD: pack([0.0] * 384)},  # no direction
+        {OWN_FIELD: "not base64!"},
+        {OWN_FIELD: pack(second.tolist())},
+    ]
+    rows, matrix = unpack_all(payloads, 384)
+    assert rows == [0, 5]
+    assert matrix.shape == (2, 384)
+    assert float(matrix[1] @ (second / np.linalg.norm(second))) > 0.999
+    assert unpack_all([{}, {}], 384)[0] == []
