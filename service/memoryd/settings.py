@@ -335,7 +335,7 @@ class RetrievalSettings(_Block):
         "names ('last week', 'in May 2023', 'before she moved'); 0: off",
     )
     when_lift: float = Field(
-        0.05,
+        0.1,
         ge=0,
         le=1,
         description="Ranking: added to memories that tell a time ('yesterday', 'last Sunday', "
