@@ -78,24 +78,16 @@ def test_the_lifts_show_in_the_components_of_the_memories_they_lifted() -> None:
     assert ruth.final >= ruth.relevance
 
 
-def _told(pool: CandidatePool, **contents: str) -> CandidatePool:
-    for name, content in contents.items():
-        pool.payloads[name] = {"content": content}
-    return pool
-
-
 def test_a_when_question_lifts_the_memory_that_tells_a_time() -> None:
     # Close in the fused score (scaled over the pool: the aside is its bottom).
-    hits = [_m("story", 0.60), _m("dated", 0.59), _m("aside", 0.2)]
-    pool = _told(
-        _pool(),
-        story="Tomás: the boat went over and I swam back to the dock",
-        dated="Tomás: I capsized last Sunday, first time ever",
-        aside="Priya: ha, of course you did",
-    )
+    hits = [
+        _m("story", 0.60, content="Tomás: the boat went over and I swam back to the dock"),
+        _m("dated", 0.59, content="Tomás: I capsized last Sunday, first time ever"),
+        _m("aside", 0.2, content="Priya: ha, of course you did"),
+    ]
     ranker = _ranker(relative_cutoff=0.0)
 
-    asked_when = ranker.rank(RankQuery("When did Tomás capsize?", None, 0.0, 2), pool, hits)
+    asked_when = ranker.rank(RankQuery("When did Tomás capsize?", None, 0.0, 2), _pool(), hits)
     assert [i for i, _ in asked_when.picks] == ["dated", "story"]
     dated = dict(asked_when.picks)["dated"]
     assert dated.when_lift == RetrievalSettings().when_lift
@@ -106,12 +98,14 @@ def test_a_when_question_lifts_the_memory_that_tells_a_time() -> None:
 
 
 def test_only_a_when_question_lifts_a_told_time_and_zero_turns_it_off() -> None:
-    pool = _told(_pool(), story="the boat went over", dated="I capsized last Sunday", aside="ha")
-
     def order(query: str, **settings: float) -> list[str]:
-        hits = [_m("story", 0.60), _m("dated", 0.59), _m("aside", 0.2)]
+        hits = [
+            _m("story", 0.60, content="the boat went over"),
+            _m("dated", 0.59, content="I capsized last Sunday"),
+            _m("aside", 0.2, content="ha"),
+        ]
         ranking = _ranker(relative_cutoff=0.0, **settings).rank(
-            RankQuery(query, None, 0.0, 2), pool, hits
+            RankQuery(query, None, 0.0, 2), _pool(), hits
         )
         return [i for i, _ in ranking.picks]
 
@@ -121,15 +115,12 @@ def test_only_a_when_question_lifts_a_told_time_and_zero_turns_it_off() -> None:
 
 def test_a_speaker_named_like_a_month_tells_no_time() -> None:
     hits = [
-        _m("story", 0.60, speaker="Ben"),
-        _m("april", 0.59, speaker="April"),
-        _m("aside", 0.2, speaker="Ben"),
+        _m("story", 0.60, speaker="Ben", content="Ben: the boat went over"),
+        _m("april", 0.59, speaker="April", content="April: I saw it go over"),
+        _m("aside", 0.2, speaker="Ben", content="Ben: ha"),
     ]
-    pool = _told(
-        _pool(), story="Ben: the boat went over", april="April: I saw it go over", aside="Ben: ha"
-    )
     ranking = _ranker(relative_cutoff=0.0).rank(
-        RankQuery("When did the boat go over?", None, 0.0, 2), pool, hits
+        RankQuery("When did the boat go over?", None, 0.0, 2), _pool(), hits
     )
     assert [i for i, _ in ranking.picks] == ["story", "april"]
     assert dict(ranking.picks)["april"].when_lift == 0.0

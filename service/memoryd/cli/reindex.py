@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from memoryd.cli.offline import embedded_store
-from memoryd.core.memory.own_vector import OWN_FIELD, pack
+from memoryd.core.memory.own_vector import OWN_FIELD, keeps_own, pack
 from memoryd.core.memory.payload import (
     LEAD_FIELD,
     embed_text_of,
@@ -38,22 +38,21 @@ from memoryd.stores.vectors.port import (
 )
 
 
-def _after_leads(
-    source: VectorStore, points: list[StoredPoint], texts: list[str], lead_chars: int
-) -> list[str]:
-    """Each text after its lead, the turn before it that its payload names, as it was
-    embedded when added (ADR 0400; `lead_for` leaves out a lead deleted since)."""
+def _leads(source: VectorStore, points: list[StoredPoint], lead_chars: int) -> list[str]:
+    """Each point's lead, from the turn before it that its payload names, as it was
+    embedded after when added (ADR 0400; `lead_for` leaves out a lead deleted since)."""
     lead_ids = [p.payload.get(LEAD_FIELD) for p in points]
     wanted = sorted({canonical_id(i) for i in lead_ids if i}) if lead_chars > 0 else []
     found = source.retrieve(wanted) if wanted else []
     before = {canonical_id(q.id): from_payload(q.id, q.payload) for q in found}
     out = []
-    for point, lead_id, text in zip(points, lead_ids, texts, strict=True):
+    for point, lead_id in zip(points, lead_ids, strict=True):
         turn = before.get(canonical_id(lead_id)) if lead_id else None
-        if turn is not None:
-            record = from_payload(point.id, point.payload)
-            text = with_lead(lead_for(record.kind, record.metadata, turn, lead_chars), text)
-        out.append(text)
+        if turn is None:
+            out.append("")
+            continue
+        record = from_payload(point.id, point.payload)
+        out.append(lead_for(record.kind, record.metadata, turn, lead_chars))
     return out
 
 
@@ -64,18 +63,20 @@ def copy_reembedded(
     batch_size: int = 128,
     progress: Callable[[int, int], None] = lambda done, total: None,
     lead_chars: int = 0,
-    own_vectors: bool = False,
+    own_weight: float = 0.0,
 ) -> int:
     """Copy every point (payload and id kept) from source to target with fresh vectors:
-    a turn embedded after a lead also gets its own text's vector again when `own_vectors`
-    (ADR 0409); otherwise it keeps none (one of another embedder would not compare)."""
+    a turn embedded after a lead also gets its own text's vector again while `own_weight`
+    gives it a share (ADR 0409); otherwise it keeps none (one of another embedder would
+    not compare)."""
     encoder = bm25.BM25Encoder()
     total = source.count()
     done = 0
     for points in every_page(source, limit=batch_size):
         texts = [embed_text_of(p.payload) for p in points]
-        dense_texts = _after_leads(source, points, texts, lead_chars)
-        owned = [d != t and own_vectors for d, t in zip(dense_texts, texts, strict=True)]
+        leads = _leads(source, points, lead_chars)
+        dense_texts = [with_lead(lead, t) for lead, t in zip(leads, texts, strict=True)]
+        owned = [keeps_own(lead, own_weight) for lead in leads]
         own_texts = [t for t, own in zip(texts, owned, strict=True) if own]
         embedded = embedder.embed(dense_texts + own_texts)
         vectors, own_vectors_left = embedded[: len(points)], iter(embedded[len(points) :])
@@ -125,7 +126,7 @@ def reindex(settings: Settings, embedder: Embedder, progress: Callable[[int, int
             embedder,
             progress=progress,
             lead_chars=settings.long_term.lead_chars,
-            own_vectors=settings.retrieval.own_weight > 0,
+            own_weight=settings.retrieval.own_weight,
         )
         target.write_meta(
             {

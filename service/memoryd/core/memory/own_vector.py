@@ -24,6 +24,12 @@ OWN_FIELD = "own_vec"
 _SCALE = 127.0
 
 
+def keeps_own(lead: str, own_weight: float) -> bool:
+    """Whether a memory embedded after `lead` also keeps its own text's vector: a turn
+    after another, while the ranking gives that vector a share (`retrieval.own_weight`)."""
+    return bool(lead) and own_weight > 0
+
+
 def pack(vector: Sequence[float]) -> str:
     """`vector` as int8 values scaled by its largest magnitude, base64: a cosine against
     it moves by a few thousandths at most (it is normalised again when read)."""

@@ -18,7 +18,7 @@ from memoryd.core.errors import StoreUnavailable
 from memoryd.core.memory import restore as restoring
 from memoryd.core.memory.derived import DerivedCache
 from memoryd.core.memory.embedding_batcher import EmbeddingBatcher
-from memoryd.core.memory.own_vector import OWN_FIELD, pack
+from memoryd.core.memory.own_vector import OWN_FIELD, keeps_own, pack
 from memoryd.core.memory.payload import from_payload
 from memoryd.core.memory.points import NewPoint
 from memoryd.core.memory.restore import RestorePlan, check_vector_restore, is_uuid
@@ -79,7 +79,7 @@ class VectorMemory:
         on_loop = bool(getattr(store, "searches_keep_the_gil", False))
         self._search_on_loop = store.search if on_loop else None
         self._embedder = embedder
-        self._own_vectors = retrieval.own_weight > 0
+        self._own_weight = retrieval.own_weight
         self._clock = clock
         self._encoder = bm25.BM25Encoder()
         # Shared with the tiers built on this memory, which report their removals to it.
@@ -139,9 +139,9 @@ class VectorMemory:
 
     def keeps_own(self, lead: str) -> bool:
         """Whether a memory embedded after `lead` also keeps its own text's vector (ADR
-        0409): a turn after another, while the ranking gives that vector a share. (The
-        long-term tier asks before its lock, to embed both texts in one call.)"""
-        return bool(lead) and self._own_vectors
+        0409, `own_vector.keeps_own`). (The long-term tier asks before its lock, to embed
+        both texts in one call.)"""
+        return keeps_own(lead, self._own_weight)
 
     async def insert(self, points: Sequence[NewPoint], *, fresh: bool = False) -> float:
         """Embed (what is not embedded yet) and upsert; returns the embedding time in ms.

@@ -94,6 +94,7 @@ class CandidatePool:
                     matched, len(terms), bm25.DEFAULT_K1, bm25.DEFAULT_B, bm25.DEFAULT_AVG_DOC_LEN
                 ),
                 share=matched / total_idf if total_idf else 0.0,
+                content=content,
                 speaker=conversation.speaker_of(metadata, content, said=said),
                 session=str(payload.get("session_id") or ""),
                 position=int(payload.get("position") or 0),

@@ -33,6 +33,7 @@ class Scored:
     cosine: float
     bm25: float
     share: float  # IDF-weighted share of the query's keywords it holds
+    content: str = ""  # its text (a turn's line begins with its speaker's name)
     speaker: str = ""
     session: str = ""
     position: int = 0

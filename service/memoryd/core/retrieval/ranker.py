@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memoryd.core.memory.payload import content_of
 from memoryd.core.models import ScoreComponents
 from memoryd.core.observe import Observer
 from memoryd.core.retrieval import bm25, conversation
@@ -91,7 +90,7 @@ class Ranker:
         # A when-question is answered by the memory that tells the event with a time
         # ("last Sunday"): its own time then dates it (ADR 0410).
         asked_when = settings.when_lift > 0 and asks_when(query.text)
-        dated = {m.id for m in members if asked_when and _tells_a_time(m, pool)}
+        dated = {m.id for m in members if asked_when and _tells_a_time(m)}
         for m in members:
             if m.speaker and m.speaker in named:
                 m.base += settings.speaker_lift
@@ -174,10 +173,9 @@ class Ranker:
         return anchor.window(best.occurred_at)
 
 
-def _tells_a_time(member: conversation.Scored, pool: CandidatePool) -> bool:
+def _tells_a_time(member: conversation.Scored) -> bool:
     """Whether a candidate's words, not its speaker's name, tell a time."""
-    content = content_of(pool.payloads[member.id])
-    return tells_a_time(conversation.without_speaker(content, member.speaker))
+    return tells_a_time(conversation.without_speaker(member.content, member.speaker))
 
 
 def _keyword_share(idf: dict[int, float], terms: set[int]) -> float:
