@@ -44,6 +44,7 @@ from memoryd.stores.vectors.port import (
     StoredPoint,
     VectorPoint,
     VectorStore,
+    WithVectors,
 )
 from tests.support.vector_stores import ADAPTERS, SHARDED, ShardedQdrantStore, open_store
 
@@ -241,7 +242,7 @@ class RandomOps:
 
     def scroll(self) -> Step:
         where, limit = self.filter(), self.rng.randint(1, 9)
-        with_vectors = self.rng.random() < 0.3
+        with_vectors: WithVectors = self.rng.choice([False, False, True, "dense"])
 
         def pages(store: VectorStore) -> list[tuple[list[StoredPoint], bool]]:
             out: list[tuple[list[StoredPoint], bool]] = []
@@ -311,7 +312,7 @@ class RandomOps:
     def retrieve(self) -> Step:
         ids = [*self.some_ids(1, 5), str(uuid.UUID(int=self.rng.getrandbits(128)))]
         self.rng.shuffle(ids)
-        with_vectors = self.rng.random() < 0.5
+        with_vectors: WithVectors = self.rng.choice([False, True, "dense"])
         return Step(
             f"retrieve {[i[:8] for i in ids]}",
             lambda s: s.retrieve(ids, with_vectors=with_vectors),

@@ -158,6 +158,22 @@ def test_upsert_then_retrieve_round_trips_payload_and_vectors(store: VectorStore
     assert bare.payload == got.payload
 
 
+def test_a_dense_read_returns_the_dense_vector_without_the_sparse_one(
+    store: VectorStore,
+) -> None:
+    sparse = SparseVector([3, 17], [1.5, 0.5])
+    store.upsert([point(1, [3.0, 0.0, 4.0, 0.0], sparse=sparse, colour="red")])
+
+    [got] = store.retrieve([pid(1)], with_vectors="dense")
+    [page], _ = store.scroll(scope(), with_vectors="dense")
+    [ordered], _ = store.scroll(scope(), order_by="created_at", with_vectors="dense")
+
+    for read in (got, page, ordered):
+        assert read.dense == pytest.approx([0.6, 0.0, 0.8, 0.0], rel=1e-6)
+        assert read.sparse is None
+        assert read.payload["colour"] == "red"
+
+
 def test_retrieve_keeps_request_order_and_skips_unknown_ids(store: VectorStore) -> None:
     store.upsert([point(1), point(2)])
 

@@ -54,6 +54,7 @@ from memoryd.stores.vectors.port import (
     StoredPoint,
     VectorPoint,
     VectorStore,
+    WithVectors,
     every_page,
 )
 
@@ -171,7 +172,9 @@ class UserTermSpace:
                 if now is not None and now[0] == generation and now[1] is known:
                     self._user_df[o] = (after, carried)
 
-    def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[StoredPoint]:
+    def retrieve(
+        self, ids: Sequence[str], *, with_vectors: WithVectors = False
+    ) -> list[StoredPoint]:
         return [_unshifted(p) for p in self._store.retrieve(ids, with_vectors=with_vectors)]
 
     def delete(self, ids: Sequence[str]) -> None:
@@ -214,7 +217,7 @@ class UserTermSpace:
         offset: str | None = None,
         order_by: str | None = None,
         descending: bool = False,
-        with_vectors: bool = False,
+        with_vectors: WithVectors = False,
         fields: Sequence[str] | None = None,
     ) -> tuple[list[StoredPoint], str | None]:
         points, after = self._store.scroll(

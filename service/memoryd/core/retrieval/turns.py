@@ -38,7 +38,8 @@ async def turns_around(
     skip: Collection[str] = (),
 ) -> list[StoredPoint]:
     """The turns within `window` positions of each (session, position), in one scroll,
-    with their vectors; those with an id in `skip` left out."""
+    with their dense vectors (ranking reads no sparse one); those with an id in `skip`
+    left out."""
     if not turns:
         return []
     owner = owner_of(flt)
@@ -53,7 +54,9 @@ async def turns_around(
     selected = flt.and_(MatchAny(TURN_FIELD, keys))
     if skip:
         selected = Filter(selected.must, selected.should, [*selected.must_not, HasId(list(skip))])
-    points, _ = await memory.call(memory.store.scroll, selected, limit=len(keys), with_vectors=True)
+    points, _ = await memory.call(
+        memory.store.scroll, selected, limit=len(keys), with_vectors="dense"
+    )
     # The key is a digest: keep exactly the turns asked for.
     return [p for p in points if turn_of(p.payload) in wanted]
 
@@ -83,7 +86,7 @@ async def _turns_by_session(
     wanted = flt.and_(MatchAny("session_id", list(around)), Filter(should=groups))
     if skip:
         wanted = Filter(wanted.must, wanted.should, [*wanted.must_not, HasId(list(skip))])
-    points, _ = await memory.call(memory.store.scroll, wanted, limit=limit, with_vectors=True)
+    points, _ = await memory.call(memory.store.scroll, wanted, limit=limit, with_vectors="dense")
     return points
 
 

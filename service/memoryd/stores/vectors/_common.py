@@ -30,6 +30,7 @@ from memoryd.stores.vectors.port import (
     StoredPoint,
     VectorPoint,
     VectorStoreError,
+    WithVectors,
     canonical_id,
 )
 
@@ -208,7 +209,9 @@ def parse_id_offset(token: str | None) -> str | None:
 # an order value); only their sparse vector class differs, so it is passed in.
 
 
-def vector_names(with_vectors: bool) -> list[str] | bool:
+def vector_names(with_vectors: WithVectors) -> list[str] | bool:
+    if with_vectors == "dense":
+        return [DENSE_VECTOR]
     return [DENSE_VECTOR, SPARSE_VECTOR] if with_vectors else False
 
 
@@ -275,7 +278,7 @@ def stored_point(
     point_id: object,
     payload: Mapping[str, Any] | None,
     vector: object,
-    with_vectors: bool,
+    with_vectors: WithVectors,
     sparse_type: type[Any],
 ) -> StoredPoint:
     dense, sparse = split_vectors(vector, sparse_type) if with_vectors else (None, None)

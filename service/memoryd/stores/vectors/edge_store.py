@@ -79,6 +79,7 @@ from memoryd.stores.vectors.port import (
     StoredPoint,
     VectorPoint,
     VectorStoreError,
+    WithVectors,
     canonical_id,
 )
 
@@ -351,7 +352,9 @@ class EdgeVectorStore:
 
     # ------------------------------------------------------------------ reads
 
-    def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[StoredPoint]:
+    def retrieve(
+        self, ids: Sequence[str], *, with_vectors: WithVectors = False
+    ) -> list[StoredPoint]:
         wanted = unique_ids(ids)
         if not wanted:
             return []
@@ -401,7 +404,7 @@ class EdgeVectorStore:
         offset: str | None = None,
         order_by: str | None = None,
         descending: bool = False,
-        with_vectors: bool = False,
+        with_vectors: WithVectors = False,
         fields: Sequence[str] | None = None,
     ) -> tuple[list[StoredPoint], str | None]:
         check_limit(limit)
@@ -420,7 +423,9 @@ class EdgeVectorStore:
                 if with_vectors and records:
                     # As in `search`: by id afterwards, several times cheaper (ADR 0600).
                     ids: list[qe.PointId] = [r.id for r in records]
-                    found = self._shard.retrieve(ids, payload_keys(fields), vector_names(True))
+                    found = self._shard.retrieve(
+                        ids, payload_keys(fields), vector_names(with_vectors)
+                    )
                     by_id = {r.id: r for r in found}
                     records = [by_id[i] for i in ids if i in by_id]
             points = [_stored_point(r, with_vectors) for r in records]
@@ -634,7 +639,7 @@ def _sparse_query(sparse: SparseVector) -> qe.Query:
     )
 
 
-def _stored_point(record: qe.Record, with_vectors: bool) -> StoredPoint:
+def _stored_point(record: qe.Record, with_vectors: WithVectors) -> StoredPoint:
     return stored_point(record.id, record.payload, record.vector, with_vectors, qe.SparseVector)
 
 

@@ -27,7 +27,7 @@ import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +37,9 @@ SPARSE_VECTOR = "bm25"
 # Payload field holding a memory's distinct BM25 term ids (integers), so that the core
 # can count how many of a user's memories hold a query term (per-user IDF).
 TERMS_FIELD = "term_ids"
+# What a read returns of each point's vectors: none (False), both (True), or the dense one
+# only ("dense": what ranking reads; it skips building the sparse vector of every point).
+WithVectors: TypeAlias = bool | Literal["dense"]
 # The most distinct values one `facet` returns (a user's vocabulary is far below it).
 MAX_FACET_VALUES = 1_000_000
 # A dense vector read back from a store: float32, as the engines hold it (no per-element
@@ -351,7 +354,9 @@ class VectorStore(Protocol):
         """Insert or replace points (whole point: vectors and payload). Durable on return."""
         ...
 
-    def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[StoredPoint]:
+    def retrieve(
+        self, ids: Sequence[str], *, with_vectors: WithVectors = False
+    ) -> list[StoredPoint]:
         """The points with these ids, in request order; unknown ids are skipped."""
         ...
 
@@ -395,7 +400,7 @@ class VectorStore(Protocol):
         offset: str | None = None,
         order_by: str | None = None,
         descending: bool = False,
-        with_vectors: bool = False,
+        with_vectors: WithVectors = False,
         fields: Sequence[str] | None = None,
     ) -> tuple[list[StoredPoint], str | None]:
         """One page of matching points and an opaque token for the next page (None at end).
@@ -404,7 +409,8 @@ class VectorStore(Protocol):
         ``ORDERABLE_FIELDS``) points are ordered by that field, ascending unless
         ``descending``; points lacking the field are not returned. Pass the returned
         token back with the same filter and ordering. ``fields``: the payload keys to
-        read (None: all), for a scan that needs few of them.
+        read (None: all), for a scan that needs few of them. ``with_vectors`` "dense":
+        the dense vector only, for a read that ranks (no sparse vector is built).
         """
         ...
 

@@ -86,6 +86,7 @@ from memoryd.stores.vectors.port import (
     VectorPoint,
     VectorStoreError,
     VectorStoreUnavailable,
+    WithVectors,
     canonical_id,
 )
 
@@ -475,7 +476,9 @@ class QdrantServerVectorStore:
 
     # ------------------------------------------------------------------ reads
 
-    def retrieve(self, ids: Sequence[str], *, with_vectors: bool = False) -> list[StoredPoint]:
+    def retrieve(
+        self, ids: Sequence[str], *, with_vectors: WithVectors = False
+    ) -> list[StoredPoint]:
         wanted = unique_ids(ids)
         if not wanted:
             return []
@@ -544,7 +547,7 @@ class QdrantServerVectorStore:
         offset: str | None = None,
         order_by: str | None = None,
         descending: bool = False,
-        with_vectors: bool = False,
+        with_vectors: WithVectors = False,
         fields: Sequence[str] | None = None,
     ) -> tuple[list[StoredPoint], str | None]:
         check_limit(limit)
@@ -771,7 +774,7 @@ def _point_struct(point: VectorPoint) -> models.PointStruct:
     return models.PointStruct(id=point.id, vector=vector, payload=dict(point.payload))
 
 
-def _stored_point(record: models.Record, with_vectors: bool) -> StoredPoint:
+def _stored_point(record: models.Record, with_vectors: WithVectors) -> StoredPoint:
     return stored_point(record.id, record.payload, record.vector, with_vectors, models.SparseVector)
 
 
