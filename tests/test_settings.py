@@ -59,7 +59,8 @@ def test_an_mpnet_embedder_brings_the_ranking_tuned_for_it(
     monkeypatch.delenv("MEMORYD_CONFIG", raising=False)
     monkeypatch.setenv("MEMORYD_EMBEDDER__PROVIDER", provider)
     retrieval = load_settings().retrieval
-    assert (retrieval.min_score, retrieval.fusion_keyword_weight) == (0.32, 0.4)
+    assert (retrieval.min_score, retrieval.fusion_keyword_weight) == (0.32, 0.3)
+    assert retrieval.own_weight == 0.5
     assert retrieval.diversity == 0.3  # the rest stays the default
 
 

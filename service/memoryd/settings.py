@@ -789,11 +789,16 @@ class TlsSettings(_Block):
 #   started at once. A local ONNX model takes a core per call: a second call starts only for
 #   a backlog (Adds outrunning one core), not for each query of a trickle, whose batch of
 #   one would take a core from the event loop. The torch models run one call at a time.
-# - Ranking (ADR 0302): mpnet's cosines of unrelated texts run higher (the relevance floor)
-#   and its dense side deserves more of the fusion; chosen on the tune halves and the golden
-#   set, kept because they helped both report halves.
+# - Ranking (ADR 0302): mpnet's cosines of unrelated texts run higher (the relevance floor),
+#   its dense side deserves more of the fusion, and a turn's own vector more of the cosine
+#   (ADR 0409); chosen on the tune halves and the golden set, kept because they helped both
+#   report halves.
 _LOCAL_ONNX: dict[str, float] = {"batch_concurrency": 2, "batch_parallel_backlog": 16}
-_MPNET_RANKING: dict[str, float] = {"min_score": 0.32, "fusion_keyword_weight": 0.4}
+_MPNET_RANKING: dict[str, float] = {
+    "min_score": 0.32,
+    "fusion_keyword_weight": 0.3,
+    "own_weight": 0.5,
+}
 EMBEDDER_DEFAULTS: dict[str, dict[str, dict[str, float]]] = {
     "minilm-onnx": {"embedder": _LOCAL_ONNX},
     "mpnet-onnx": {"embedder": _LOCAL_ONNX, "retrieval": _MPNET_RANKING},
