@@ -527,7 +527,7 @@ class EdgeVectorStore:
                 return [_scored_point(h) for h in hits]
             # Each `.id` of the binding builds a new uuid.UUID: read once per point.
             ids: list[qe.PointId] = [h.id for h in hits]
-            records = self._shard.retrieve(ids, True, [DENSE_VECTOR])
+            records = self._shard.retrieve(ids, True, vector_names("dense"))
         # A hit deleted meanwhile (reads take no lock) is left out, as a later search would.
         found = {r.id: r for r in records}
         points = []

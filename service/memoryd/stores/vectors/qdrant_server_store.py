@@ -615,7 +615,7 @@ class QdrantServerVectorStore:
         sparse = nonempty_sparse(sparse)
         if dense_query is None and sparse is None:
             return []  # only an empty sparse query: no point can share a term with it
-        with_vector: list[str] | bool = [DENSE_VECTOR] if with_vectors else False
+        with_vector = vector_names("dense" if with_vectors else False)
         qfilter = _filter(filter)
 
         with self._read("search"), self._quiet_local_params():
