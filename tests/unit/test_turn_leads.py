@@ -251,6 +251,39 @@ async def test_an_import_embeds_its_turns_after_their_leads_as_when_added(
     assert sorted(_embedded(embedder)) == sorted(added)
 
 
+async def test_an_imported_turn_whose_lead_the_user_already_has_is_embedded_after_it(
+    app: App, embedder: GatedEmbedder
+) -> None:
+    for speaker, text in [("Ben", "Plans?"), ("Ana", "None."), ("Ben", "Same.")]:
+        await app.engine.add(_turn("s1", speaker, text))
+    exported = [r async for r in app.engine.export_records(ExportQuery(scope=USER))]
+    added = _embedded(embedder)
+    by_text = {r.content: r for r in exported}
+    other = Scope(tenant="t1", user_id="other")
+    # The conversation comes back in two imports, its first turn alone, then the rest.
+    await app.engine.import_records(other, [by_text["Plans?"]])
+    embedder.calls.clear()
+    result = await app.engine.import_records(other, [by_text["Same."], by_text["None."]])
+    assert result.imported_count == 2
+    assert sorted(_embedded(embedder)) == sorted(added[1:])
+
+
+async def test_an_imported_turn_after_a_deleted_one_has_no_lead(
+    app: App, embedder: GatedEmbedder
+) -> None:
+    for speaker, text in [("Ben", "Plans?"), ("Ana", "None.")]:
+        await app.engine.add(_turn("s1", speaker, text))
+    exported = [r async for r in app.engine.export_records(ExportQuery(scope=USER))]
+    by_text = {r.content: r for r in exported}
+    other = Scope(tenant="t1", user_id="other")
+    await app.engine.import_records(other, [by_text["Plans?"]])
+    [first] = [r async for r in app.engine.export_records(ExportQuery(scope=other))]
+    await app.engine.delete(Lookup(scope=other, tier=Tier.LONG_TERM, ids=[first.id]))
+    embedder.calls.clear()
+    await app.engine.import_records(other, [by_text["None."]])
+    assert _embedded(embedder) == ["Ana: None."]
+
+
 async def test_a_reindex_embeds_each_turn_after_its_lead_again(
     tmp_path: Path, clock: MovableClock, embedder: GatedEmbedder
 ) -> None:

@@ -10,10 +10,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memoryd.core.errors import FieldViolation
-from memoryd.core.memory.payload import attach_lead, content_hash, embed_text_of, to_payload
+from memoryd.core.memory.payload import (
+    TURN_FIELD,
+    attach_lead,
+    content_hash,
+    embed_text_of,
+    to_payload,
+    turn_key,
+)
 from memoryd.core.memory.points import NewPoint
-from memoryd.core.models import ImportResult, MemoryRecord, Scope
-from memoryd.stores.vectors.port import canonical_id
+from memoryd.core.models import ImportResult, MemoryRecord, Scope, Tier
+from memoryd.stores.vectors.port import MatchAny, canonical_id
 
 if TYPE_CHECKING:
     from memoryd.core.memory.vector_memory import VectorMemory
@@ -71,12 +78,16 @@ async def write_restore(
     lead_chars: int = 0,
 ) -> ImportResult:
     """Re-embed and upsert the plan's new memories under `scope`'s user, keeping their
-    times and payload (a soft-deleted one stays deleted). A turn whose previous turn
-    comes in the same import is embedded after it, as when it was added."""
+    times and payload (a soft-deleted one stays deleted). A turn is embedded after the turn
+    before it, as when it was added: that one comes in the same import, or the user has
+    it already."""
     turns = {(r.session_id, r.position): r for r in plan.new if r.session_id}
     for start in range(0, len(plan.new), IMPORT_BATCH):
+        batch = plan.new[start : start + IMPORT_BATCH]
+        if lead_chars > 0:
+            turns |= await _stored_turns_before(memory, scope, batch, turns)
         points: list[NewPoint] = []
-        for record in plan.new[start : start + IMPORT_BATCH]:
+        for record in batch:
             digest = content_hash(scope, record.tier, record.key, record.content)
             payload = to_payload(record, scope, digest, compress_over_bytes)
             payload["deleted"] = record.deleted
@@ -85,6 +96,29 @@ async def write_restore(
             points.append(NewPoint(record, payload, embed_text_of(payload), lead=lead))
         await memory.insert(points)
     return ImportResult(imported_count=len(plan.new), skipped_count=plan.skipped)
+
+
+async def _stored_turns_before(
+    memory: VectorMemory,
+    scope: Scope,
+    records: Sequence[MemoryRecord],
+    known: Mapping[tuple[str, int], MemoryRecord],
+) -> dict[tuple[str, int], MemoryRecord]:
+    """The user's stored turns just before `records`' turns whose previous turn is not
+    `known` (the import's own), read by their turn keys in one scroll per tier."""
+    wanted: dict[Tier, set[tuple[str, int]]] = {}
+    for r in records:
+        place = (r.session_id, r.position - 1)
+        if r.session_id and r.position > 1 and place not in known:
+            wanted.setdefault(r.tier, set()).add(place)
+    found: dict[tuple[str, int], MemoryRecord] = {}
+    for tier, places in wanted.items():
+        keys = [turn_key(scope.tenant, scope.user_id, s, p) for s, p in sorted(places)]
+        flt = memory.scope_filter(scope, tier, live_only=False, extra=[MatchAny(TURN_FIELD, keys)])
+        for record in await memory.records(flt, len(keys)):
+            if (record.session_id, record.position) in places:  # the key is a digest
+                found[(record.session_id, record.position)] = record
+    return found
 
 
 def check_vector_restore(record: MemoryRecord) -> list[FieldViolation]:
