@@ -32,14 +32,12 @@ from memoryd.v1 import memory_pb2_grpc
 from tests.support.openai_stub import OpenAIStub, start_openai_stub
 from tests.support.redis_cluster import RedisCluster, on_family
 from tests.support.redis_server import RedisServer, free_port
-from tests.support.rpc import FAST_RECONNECT, scope
+from tests.support.rpc import FAST_RECONNECT, REPLICAS, scope
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVING = health_pb2.HealthCheckResponse.SERVING
 ST = pb.TIER_SHORT_TERM
 MAINTENANCE_RUN = "maintenance: "  # the line a finished maintenance run logs
-# Three replicas: each pair of them competes, so two are covered as well.
-REPLICAS = 3
 
 
 class Replica:

@@ -29,12 +29,10 @@ from memoryd.v1 import memory_pb2_grpc
 from tests.support.openai_stub import OpenAIStub, running_openai_stub
 from tests.support.redis_cluster import RedisCluster, on_family
 from tests.support.redis_server import RedisServer, free_port
-from tests.support.rpc import FAST_RECONNECT, scope
+from tests.support.rpc import FAST_RECONNECT, REPLICAS, scope
 from tests.support.write_load import missing_long_term
 
 SERVICE_DIR = Path(__file__).resolve().parents[2] / "service"
-# Three replicas: each pair of them competes, so two are covered as well.
-REPLICAS = 3
 LT, E = pb.TIER_LONG_TERM, pb.TIER_ENTITY
 MAX_MEMORIES, MAX_BYTES = 20, 600
 

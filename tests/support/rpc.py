@@ -21,6 +21,10 @@ FAST_RECONNECT = [
     ("grpc.max_reconnect_backoff_ms", 200),
 ]
 
+# How many `memoryd serve` processes a scale-out test runs against one store: each pair of
+# them competes, so two are covered as well.
+REPLICAS = 3
+
 
 def scope(user_id: str, **kw: str) -> pb.Scope:
     return pb.Scope(user_id=user_id, **kw)

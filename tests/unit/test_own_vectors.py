@@ -5,15 +5,17 @@ blends its cosine into the one it ranks by; nobody reads it back as a memory's d
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from memoryd.app import App, build_app
 from memoryd.cli.reindex import reindex
-from memoryd.core.memory.own_vector import OWN_FIELD, pack, unpack, unpack_all
+from memoryd.core.memory.own_vector import OWN_FIELD, pack, unpack_all
 from memoryd.core.models import AddCommand, ExportQuery, Kind, Lookup, Scope, Tier
 from memoryd.core.retrieval import bm25
 from memoryd.core.retrieval.candidates import CandidatePool
@@ -61,6 +63,12 @@ def _stored(app: App, user: Scope = USER) -> dict[str, StoredPoint]:
         for p in points
         if p.payload.get("user_id") == user.user_id and "content" in p.payload
     }
+
+
+def unpack(payload: Mapping[str, Any], dim: int) -> npt.NDArray[np.float32] | None:
+    """The own vector one payload keeps, as the ranking reads it, or None."""
+    kept, rows = unpack_all([payload], dim)
+    return rows[0] if kept else None
 
 
 def _cosine_to(point: StoredPoint, text: str) -> float:

@@ -39,19 +39,14 @@ def pack(vector: Sequence[float]) -> str:
     return base64.b64encode(np.rint(scaled).astype(np.int8).tobytes()).decode("ascii")
 
 
-def unpack(payload: Mapping[str, Any], dim: int) -> npt.NDArray[np.float32] | None:
-    """The unit-length own vector a payload keeps, or None: the point has none (not a turn
-    after another, or written before ADR 0409), or it is not of this dimension (written by
-    another embedder: `memoryd reindex` computes it again)."""
-    kept, rows = unpack_all([payload], dim)
-    return rows[0] if kept else None
-
-
 def unpack_all(
     payloads: Sequence[Mapping[str, Any]], dim: int
 ) -> tuple[list[int], npt.NDArray[np.float32]]:
-    """The own vectors of `payloads` (as `unpack` reads one) as the rows of one matrix, in
-    one conversion, with the index of the payload each row came from."""
+    """The unit-length own vectors of `payloads` as the rows of one matrix, in one
+    conversion, with the index of the payload each row came from. A payload without one
+    is skipped: the point has none (not a turn after another, or written before ADR 0409),
+    or not of this dimension (written by another embedder: `memoryd reindex` computes it
+    again)."""
     kept: list[int] = []
     raws: list[bytes] = []
     for i, payload in enumerate(payloads):
