@@ -268,6 +268,29 @@ async def test_an_imported_turn_whose_lead_the_user_already_has_is_embedded_afte
     assert sorted(_embedded(embedder)) == sorted(added[1:])
 
 
+async def test_a_turn_the_user_has_is_embedded_again_after_its_previous_turn_imported_later(
+    app: App,
+) -> None:
+    for speaker, text in [("Ben", "Plans?"), ("Ana", "None."), ("Ben", "Same.")]:
+        await app.engine.add(_turn("s1", speaker, text))
+    exported = [r async for r in app.engine.export_records(ExportQuery(scope=USER))]
+    by_text = {r.content: r for r in exported}
+    other = Scope(tenant="t1", user_id="other")
+    # The conversation comes back last turn first: each import leads the turn after it.
+    for text in ["Same.", "None.", "Plans?"]:
+        await app.engine.import_records(other, [by_text[text]])
+    assert _dense_by_content(app, other) == _dense_by_content(app, USER)
+
+
+def _dense_by_content(app: App, user: Scope) -> dict[str, tuple[float, ...]]:
+    points, _ = app.vectors.scroll(limit=100, with_vectors=True)
+    return {
+        str(p.payload["content"]): tuple(float(x) for x in (p.dense if p.dense is not None else ()))
+        for p in points
+        if p.payload.get("user_id") == user.user_id
+    }
+
+
 async def test_an_imported_turn_after_a_deleted_one_has_no_lead(
     app: App, embedder: GatedEmbedder
 ) -> None:

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from memoryd.core.errors import FieldViolation
 from memoryd.core.memory.payload import (
+    LEAD_FIELD,
     TURN_FIELD,
     attach_lead,
     content_hash,
     embed_text_of,
+    from_payload,
     to_payload,
     turn_key,
 )
@@ -80,7 +82,8 @@ async def write_restore(
     """Re-embed and upsert the plan's new memories under `scope`'s user, keeping their
     times and payload (a soft-deleted one stays deleted). A turn is embedded after the turn
     before it, as when it was added: that one comes in the same import, or the user has
-    it already."""
+    it already; a turn the user has without a lead is embedded again after an imported
+    turn before it."""
     turns = {(r.session_id, r.position): r for r in plan.new if r.session_id}
     for start in range(0, len(plan.new), IMPORT_BATCH):
         batch = plan.new[start : start + IMPORT_BATCH]
@@ -94,6 +97,8 @@ async def write_restore(
             before = turns.get((record.session_id, record.position - 1))
             lead = attach_lead(payload, record, before, lead_chars)
             points.append(NewPoint(record, payload, embed_text_of(payload), lead=lead))
+        if lead_chars > 0:
+            points += await _stored_turns_after(memory, scope, batch, turns, lead_chars)
         await memory.insert(points)
     return ImportResult(imported_count=len(plan.new), skipped_count=plan.skipped)
 
@@ -119,6 +124,38 @@ async def _stored_turns_before(
             if (record.session_id, record.position) in places:  # the key is a digest
                 found[(record.session_id, record.position)] = record
     return found
+
+
+async def _stored_turns_after(
+    memory: VectorMemory,
+    scope: Scope,
+    records: Sequence[MemoryRecord],
+    imported: Mapping[tuple[str, int], MemoryRecord],
+    lead_chars: int,
+) -> list[NewPoint]:
+    """The user's stored turns just after `records`' turns (not themselves imported) that
+    were embedded without a lead, to be embedded again after the imported turn: a
+    conversation imported in pieces, in any order, ends as it was added."""
+    wanted: dict[Tier, dict[tuple[str, int], MemoryRecord]] = {}
+    for r in records:
+        place = (r.session_id, r.position + 1)
+        if r.session_id and r.position and place not in imported:
+            wanted.setdefault(r.tier, {})[place] = r
+    again: list[NewPoint] = []
+    for tier, before in wanted.items():
+        keys = [turn_key(scope.tenant, scope.user_id, s, p) for s, p in sorted(before)]
+        flt = memory.scope_filter(scope, tier, live_only=False, extra=[MatchAny(TURN_FIELD, keys)])
+        points, _ = await memory.call(memory.store.scroll, flt, limit=len(keys))
+        for point in points:
+            if LEAD_FIELD in point.payload or point.payload.get("deleted"):
+                continue  # led already (by a turn kept meanwhile), or never searched
+            record = from_payload(point.id, point.payload)
+            previous = before.get((record.session_id, record.position))
+            payload = dict(point.payload)
+            lead = attach_lead(payload, record, previous, lead_chars) if previous else ""
+            if lead:
+                again.append(NewPoint(record, payload, embed_text_of(payload), lead=lead))
+    return again
 
 
 def check_vector_restore(record: MemoryRecord) -> list[FieldViolation]:
