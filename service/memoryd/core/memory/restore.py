@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from memoryd.core.memory.payload import (
 )
 from memoryd.core.memory.points import NewPoint
 from memoryd.core.models import ImportResult, MemoryRecord, Scope, Tier
-from memoryd.stores.vectors.port import MatchAny, canonical_id
+from memoryd.stores.vectors.port import MatchAny, StoredPoint, canonical_id
 
 if TYPE_CHECKING:
     from memoryd.core.memory.vector_memory import VectorMemory
@@ -110,20 +110,14 @@ async def _stored_turns_before(
     known: Mapping[tuple[str, int], MemoryRecord],
 ) -> dict[tuple[str, int], MemoryRecord]:
     """The user's stored turns just before `records`' turns whose previous turn is not
-    `known` (the import's own), read by their turn keys in one scroll per tier."""
+    `known` (the import's own)."""
     wanted: dict[Tier, set[tuple[str, int]]] = {}
     for r in records:
         place = (r.session_id, r.position - 1)
         if r.session_id and r.position > 1 and place not in known:
             wanted.setdefault(r.tier, set()).add(place)
-    found: dict[tuple[str, int], MemoryRecord] = {}
-    for tier, places in wanted.items():
-        keys = [turn_key(scope.tenant, scope.user_id, s, p) for s, p in sorted(places)]
-        flt = memory.scope_filter(scope, tier, live_only=False, extra=[MatchAny(TURN_FIELD, keys)])
-        for record in await memory.records(flt, len(keys)):
-            if (record.session_id, record.position) in places:  # the key is a digest
-                found[(record.session_id, record.position)] = record
-    return found
+    found = [from_payload(p.id, p.payload) for p in await _stored_turns(memory, scope, wanted)]
+    return {(r.session_id, r.position): r for r in found}
 
 
 async def _stored_turns_after(
@@ -136,26 +130,41 @@ async def _stored_turns_after(
     """The user's stored turns just after `records`' turns (not themselves imported) that
     were embedded without a lead, to be embedded again after the imported turn: a
     conversation imported in pieces, in any order, ends as it was added."""
-    wanted: dict[Tier, dict[tuple[str, int], MemoryRecord]] = {}
+    wanted: dict[Tier, set[tuple[str, int]]] = {}
     for r in records:
         place = (r.session_id, r.position + 1)
         if r.session_id and r.position and place not in imported:
-            wanted.setdefault(r.tier, {})[place] = r
+            wanted.setdefault(r.tier, set()).add(place)
+    previous = {(r.session_id, r.position): r for r in records}
     again: list[NewPoint] = []
-    for tier, before in wanted.items():
-        keys = [turn_key(scope.tenant, scope.user_id, s, p) for s, p in sorted(before)]
+    for point in await _stored_turns(memory, scope, wanted):
+        if LEAD_FIELD in point.payload or point.payload.get("deleted"):
+            continue  # led already (by a turn kept meanwhile), or never searched
+        record = from_payload(point.id, point.payload)
+        payload = dict(point.payload)
+        before = previous.get((record.session_id, record.position - 1))
+        lead = attach_lead(payload, record, before, lead_chars)
+        if lead:
+            again.append(NewPoint(record, payload, embed_text_of(payload), lead=lead))
+    return again
+
+
+async def _stored_turns(
+    memory: VectorMemory, scope: Scope, places: Mapping[Tier, Collection[tuple[str, int]]]
+) -> list[StoredPoint]:
+    """The user's stored memories at these (session, position) places of each tier, read
+    by their turn keys in one scroll a tier."""
+    found: list[StoredPoint] = []
+    for tier, wanted in places.items():
+        keys = [turn_key(scope.tenant, scope.user_id, s, p) for s, p in sorted(wanted)]
         flt = memory.scope_filter(scope, tier, live_only=False, extra=[MatchAny(TURN_FIELD, keys)])
         points, _ = await memory.call(memory.store.scroll, flt, limit=len(keys))
-        for point in points:
-            if LEAD_FIELD in point.payload or point.payload.get("deleted"):
-                continue  # led already (by a turn kept meanwhile), or never searched
-            record = from_payload(point.id, point.payload)
-            previous = before.get((record.session_id, record.position))
-            payload = dict(point.payload)
-            lead = attach_lead(payload, record, previous, lead_chars) if previous else ""
-            if lead:
-                again.append(NewPoint(record, payload, embed_text_of(payload), lead=lead))
-    return again
+        found += [  # the key is a digest: keep exactly the places asked for
+            p
+            for p in points
+            if (str(p.payload.get("session_id")), int(p.payload.get("position") or 0)) in wanted
+        ]
+    return found
 
 
 def check_vector_restore(record: MemoryRecord) -> list[FieldViolation]:
