@@ -237,16 +237,21 @@ async def test_copies_of_one_session_placed_concurrently_never_share_a_position(
     assert {i.content: i.position for i in got.items} == {"Who feeds the cat?": 1, "Ruth does.": 2}
 
 
+async def _exported(app: App, turns: list[tuple[str, str]]) -> dict[str, MemoryRecord]:
+    """Add `turns` (speaker, text) to USER's session s1; their export, by content."""
+    for speaker, text in turns:
+        await app.engine.add(_turn("s1", speaker, text))
+    return {r.content: r async for r in app.engine.export_records(ExportQuery(scope=USER))}
+
+
 async def test_an_import_embeds_its_turns_after_their_leads_as_when_added(
     app: App, embedder: GatedEmbedder
 ) -> None:
-    for speaker, text in [("Ben", "Plans?"), ("Ana", "None.")]:
-        await app.engine.add(_turn("s1", speaker, text))
-    exported = [r async for r in app.engine.export_records(ExportQuery(scope=USER))]
+    exported = await _exported(app, [("Ben", "Plans?"), ("Ana", "None.")])
     added = _embedded(embedder)
     embedder.calls.clear()
     other = Scope(tenant="t1", user_id="other")
-    result = await app.engine.import_records(other, exported)
+    result = await app.engine.import_records(other, list(exported.values()))
     assert result.imported_count == 2
     assert sorted(_embedded(embedder)) == sorted(added)
 
@@ -254,11 +259,8 @@ async def test_an_import_embeds_its_turns_after_their_leads_as_when_added(
 async def test_an_imported_turn_whose_lead_the_user_already_has_is_embedded_after_it(
     app: App, embedder: GatedEmbedder
 ) -> None:
-    for speaker, text in [("Ben", "Plans?"), ("Ana", "None."), ("Ben", "Same.")]:
-        await app.engine.add(_turn("s1", speaker, text))
-    exported = [r async for r in app.engine.export_records(ExportQuery(scope=USER))]
+    by_text = await _exported(app, [("Ben", "Plans?"), ("Ana", "None."), ("Ben", "Same.")])
     added = _embedded(embedder)
-    by_text = {r.content: r for r in exported}
     other = Scope(tenant="t1", user_id="other")
     # The conversation comes back in two imports, its first turn alone, then the rest.
     await app.engine.import_records(other, [by_text["Plans?"]])
@@ -271,10 +273,7 @@ async def test_an_imported_turn_whose_lead_the_user_already_has_is_embedded_afte
 async def test_a_turn_the_user_has_is_embedded_again_after_its_previous_turn_imported_later(
     app: App,
 ) -> None:
-    for speaker, text in [("Ben", "Plans?"), ("Ana", "None."), ("Ben", "Same.")]:
-        await app.engine.add(_turn("s1", speaker, text))
-    exported = [r async for r in app.engine.export_records(ExportQuery(scope=USER))]
-    by_text = {r.content: r for r in exported}
+    by_text = await _exported(app, [("Ben", "Plans?"), ("Ana", "None."), ("Ben", "Same.")])
     other = Scope(tenant="t1", user_id="other")
     # The conversation comes back last turn first: each import leads the turn after it.
     for text in ["Same.", "None.", "Plans?"]:
@@ -294,10 +293,7 @@ def _dense_by_content(app: App, user: Scope) -> dict[str, tuple[float, ...]]:
 async def test_an_imported_turn_after_a_deleted_one_has_no_lead(
     app: App, embedder: GatedEmbedder
 ) -> None:
-    for speaker, text in [("Ben", "Plans?"), ("Ana", "None.")]:
-        await app.engine.add(_turn("s1", speaker, text))
-    exported = [r async for r in app.engine.export_records(ExportQuery(scope=USER))]
-    by_text = {r.content: r for r in exported}
+    by_text = await _exported(app, [("Ben", "Plans?"), ("Ana", "None.")])
     other = Scope(tenant="t1", user_id="other")
     await app.engine.import_records(other, [by_text["Plans?"]])
     [first] = [r async for r in app.engine.export_records(ExportQuery(scope=other))]
