@@ -281,6 +281,16 @@ async def test_a_turn_the_user_has_is_embedded_again_after_its_previous_turn_imp
     assert _dense_by_content(app, other) == _dense_by_content(app, USER)
 
 
+async def test_a_turn_the_user_has_between_two_imported_turns_is_led_by_the_first(
+    app: App,
+) -> None:
+    by_text = await _exported(app, [("Ben", "Plans?"), ("Ana", "None."), ("Ben", "Same.")])
+    other = Scope(tenant="t1", user_id="other")
+    await app.engine.import_records(other, [by_text["None."]])
+    await app.engine.import_records(other, [by_text["Plans?"], by_text["Same."]])
+    assert _dense_by_content(app, other) == _dense_by_content(app, USER)
+
+
 def _dense_by_content(app: App, user: Scope) -> dict[str, tuple[float, ...]]:
     points, _ = app.vectors.scroll(limit=100, with_vectors=True)
     return {

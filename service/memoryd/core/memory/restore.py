@@ -87,14 +87,16 @@ async def write_restore(
     turns = {(r.session_id, r.position): r for r in plan.new if r.session_id}
     for start in range(0, len(plan.new), IMPORT_BATCH):
         batch = plan.new[start : start + IMPORT_BATCH]
-        if lead_chars > 0:
-            turns |= await _stored_turns_before(memory, scope, batch, turns)
+        # The user's turns before the batch's, apart from the import's own: a stored turn
+        # between two imported ones is still led again by the first.
+        stored = await _stored_turns_before(memory, scope, batch, turns) if lead_chars else {}
         points: list[NewPoint] = []
         for record in batch:
             digest = content_hash(scope, record.tier, record.key, record.content)
             payload = to_payload(record, scope, digest, compress_over_bytes)
             payload["deleted"] = record.deleted
-            before = turns.get((record.session_id, record.position - 1))
+            place = (record.session_id, record.position - 1)
+            before = turns.get(place) or stored.get(place)
             lead = attach_lead(payload, record, before, lead_chars)
             points.append(NewPoint(record, payload, embed_text_of(payload), lead=lead))
         if lead_chars > 0:
