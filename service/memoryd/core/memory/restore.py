@@ -5,24 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memoryd.core.errors import FieldViolation
 from memoryd.core.memory.payload import (
     LEAD_FIELD,
-    TURN_FIELD,
     attach_lead,
     content_hash,
     embed_text_of,
     from_payload,
     to_payload,
-    turn_key,
 )
 from memoryd.core.memory.points import NewPoint
 from memoryd.core.models import ImportResult, MemoryRecord, Scope, Tier
-from memoryd.stores.vectors.port import MatchAny, StoredPoint, canonical_id
+from memoryd.core.retrieval.turns import turn_of, turns_around
+from memoryd.stores.vectors.port import StoredPoint, canonical_id
 
 if TYPE_CHECKING:
     from memoryd.core.memory.vector_memory import VectorMemory
@@ -87,86 +86,66 @@ async def write_restore(
     turns = {(r.session_id, r.position): r for r in plan.new if r.session_id}
     for start in range(0, len(plan.new), IMPORT_BATCH):
         batch = plan.new[start : start + IMPORT_BATCH]
-        # The user's turns before the batch's, apart from the import's own: a stored turn
+        # The user's turns next to the batch's, apart from the import's own: a stored turn
         # between two imported ones is still led again by the first.
-        stored = await _stored_turns_before(memory, scope, batch, turns) if lead_chars else {}
+        stored = await _stored_neighbours(memory, scope, batch) if lead_chars else {}
         points: list[NewPoint] = []
         for record in batch:
             digest = content_hash(scope, record.tier, record.key, record.content)
             payload = to_payload(record, scope, digest, compress_over_bytes)
             payload["deleted"] = record.deleted
             place = (record.session_id, record.position - 1)
-            before = turns.get(place) or stored.get(place)
+            before = turns.get(place) or _record_of(stored.get(place))
             lead = attach_lead(payload, record, before, lead_chars)
             points.append(NewPoint(record, payload, embed_text_of(payload), lead=lead))
-        if lead_chars > 0:
-            points += await _stored_turns_after(memory, scope, batch, turns, lead_chars)
+        points += _led_again(batch, turns, stored, lead_chars)
         await memory.insert(points)
     return ImportResult(imported_count=len(plan.new), skipped_count=plan.skipped)
 
 
-async def _stored_turns_before(
-    memory: VectorMemory,
-    scope: Scope,
-    records: Sequence[MemoryRecord],
-    known: Mapping[tuple[str, int], MemoryRecord],
-) -> dict[tuple[str, int], MemoryRecord]:
-    """The user's stored turns just before `records`' turns whose previous turn is not
-    `known` (the import's own)."""
-    wanted: dict[Tier, set[tuple[str, int]]] = {}
+async def _stored_neighbours(
+    memory: VectorMemory, scope: Scope, records: Sequence[MemoryRecord]
+) -> dict[tuple[str, int], StoredPoint]:
+    """The user's stored turns at `records`' turns' places and either side of them, by
+    (session, position): one read by turn keys a tier (`turns_around`)."""
+    by_tier: dict[Tier, list[tuple[str, int]]] = {}
     for r in records:
-        place = (r.session_id, r.position - 1)
-        if r.session_id and r.position > 1 and place not in known:
-            wanted.setdefault(r.tier, set()).add(place)
-    found = [from_payload(p.id, p.payload) for p in await _stored_turns(memory, scope, wanted)]
-    return {(r.session_id, r.position): r for r in found}
+        if r.session_id and r.position:
+            by_tier.setdefault(r.tier, []).append((r.session_id, r.position))
+    found: dict[tuple[str, int], StoredPoint] = {}
+    for tier, places in by_tier.items():
+        flt = memory.scope_filter(scope, tier, live_only=False)
+        for point in await turns_around(memory, flt, places, 1):
+            place = turn_of(point.payload)
+            if place is not None:  # always: what turns_around reads are turns
+                found[place] = point
+    return found
 
 
-async def _stored_turns_after(
-    memory: VectorMemory,
-    scope: Scope,
+def _led_again(
     records: Sequence[MemoryRecord],
     imported: Mapping[tuple[str, int], MemoryRecord],
+    stored: Mapping[tuple[str, int], StoredPoint],
     lead_chars: int,
 ) -> list[NewPoint]:
-    """The user's stored turns just after `records`' turns (not themselves imported) that
-    were embedded without a lead, to be embedded again after the imported turn: a
-    conversation imported in pieces, in any order, ends as it was added."""
-    wanted: dict[Tier, set[tuple[str, int]]] = {}
-    for r in records:
-        place = (r.session_id, r.position + 1)
-        if r.session_id and r.position and place not in imported:
-            wanted.setdefault(r.tier, set()).add(place)
-    previous = {(r.session_id, r.position): r for r in records}
+    """The `stored` turns just after `records`' turns (not themselves imported) that were
+    embedded without a lead, to be embedded again after the imported turn: a conversation
+    imported in pieces, in any order, ends as it was added."""
     again: list[NewPoint] = []
-    for point in await _stored_turns(memory, scope, wanted):
-        if LEAD_FIELD in point.payload or point.payload.get("deleted"):
-            continue  # led already (by a turn kept meanwhile), or never searched
-        record = from_payload(point.id, point.payload)
-        payload = dict(point.payload)
-        before = previous.get((record.session_id, record.position - 1))
+    for before in records:
+        place = (before.session_id, before.position + 1)
+        point = stored.get(place) if place not in imported else None
+        if point is None or LEAD_FIELD in point.payload or point.payload.get("deleted"):
+            continue  # none, led already (by a turn kept meanwhile), or never searched
+        record, payload = from_payload(point.id, point.payload), dict(point.payload)
         lead = attach_lead(payload, record, before, lead_chars)
         if lead:
             again.append(NewPoint(record, payload, embed_text_of(payload), lead=lead))
     return again
 
 
-async def _stored_turns(
-    memory: VectorMemory, scope: Scope, places: Mapping[Tier, Collection[tuple[str, int]]]
-) -> list[StoredPoint]:
-    """The user's stored memories at these (session, position) places of each tier, read
-    by their turn keys in one scroll a tier."""
-    found: list[StoredPoint] = []
-    for tier, wanted in places.items():
-        keys = [turn_key(scope.tenant, scope.user_id, s, p) for s, p in sorted(wanted)]
-        flt = memory.scope_filter(scope, tier, live_only=False, extra=[MatchAny(TURN_FIELD, keys)])
-        points, _ = await memory.call(memory.store.scroll, flt, limit=len(keys))
-        found += [  # the key is a digest: keep exactly the places asked for
-            p
-            for p in points
-            if (str(p.payload.get("session_id")), int(p.payload.get("position") or 0)) in wanted
-        ]
-    return found
+def _record_of(point: StoredPoint | None) -> MemoryRecord | None:
+    return from_payload(point.id, point.payload) if point is not None else None
 
 
 def check_vector_restore(record: MemoryRecord) -> list[FieldViolation]:
